@@ -1,0 +1,97 @@
+"""The engine protocol (000 "Engines and engine configurations"; 002 ch. 9
+CUDNN_BACKEND_ENGINE_DESCRIPTOR, ENGINECFG, EXECUTION_PLAN, VARIANT_PACK).
+
+An engine answers ``check_support(graph, place)`` with None or a plain-language
+reason, and ``build(graph, config)`` with an ExecutionPlan.  A plan knows its
+workspace size and runs on a VariantPack: a dict uid -> buffer (a strided NumPy
+view on the CPU place, a strided CuPy array on the GPU place; by-value tensors
+are Python or NumPy scalars).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class EngineDeclined(Exception):
+    """An engine cannot run a graph (or failed while running it); ``reason`` says why."""
+
+    def __init__(self, engine: str, reason: str):
+        super().__init__(f"{engine}: {reason}")
+        self.engine = engine
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: an engine plus knob choices and behaviour notes."""
+
+    engine: str
+    knobs: tuple = ()  # ((name, value), ...)
+    notes: frozenset = frozenset()  # e.g. {'DETERMINISTIC', 'TENSOR_CORE', 'RUNTIME_COMPILATION'}
+    index: int = 0  # the engine's global index
+
+    def knob(self, name, default=None):
+        return dict(self.knobs).get(name, default)
+
+    def __str__(self):
+        k = ",".join(f"{n}={v}" for n, v in self.knobs)
+        return f"{self.engine}#{self.index}" + (f"[{k}]" if k else "")
+
+
+@dataclass(frozen=True)
+class VariantPack:
+    """CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: uid -> data buffer, plus workspace."""
+
+    data: dict
+    workspace: object = None
+    workspace_size: int = 0
+
+
+class ExecutionPlan:
+    """CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR."""
+
+    def __init__(self, graph, config: EngineConfig, workspace_size: int = 0):
+        self.graph = graph
+        self.config = config
+        self.workspace_size = workspace_size
+
+    @property
+    def engine(self) -> str:
+        return self.config.engine
+
+    def execute(self, pack: VariantPack, stream=None) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Free engine resources when the plan leaves the cache."""
+
+
+class Engine:
+    name = "?"
+    places = ("cpu",)  # where its plans run: 'cpu' and/or 'gpu'
+
+    def available(self) -> "str | None":
+        """None when usable on this machine, else the reason it is not."""
+        return None
+
+    def configs(self, graph, place: str, mode: str) -> list:
+        """Engine configs for ``graph`` in preference order (heuristics query)."""
+        return [EngineConfig(self.name, notes=frozenset({"DETERMINISTIC"}))]
+
+    def check_support(self, graph, place: str) -> "str | None":
+        return None
+
+    def build(self, graph, config: EngineConfig) -> ExecutionPlan:  # pragma: no cover
+        raise NotImplementedError
+
+
+@dataclass
+class EngineRegistry:
+    engines: dict = field(default_factory=dict)
+
+    def register(self, engine: Engine):
+        self.engines[engine.name] = engine
+        return engine
+
+
+REGISTRY = EngineRegistry()

@@ -1,0 +1,84 @@
+"""From a graph to a running plan: finalize, heuristics, first engine that accepts
+(000 "Engine selection"; 003: try configs in order, fall back when one cannot run),
+cached by call signature.  ``run`` is the one entry point the legacy layer uses."""
+from __future__ import annotations
+
+import logging
+import time
+
+from .engines.base import EngineDeclined, VariantPack
+from .heuristics import get_engine_configs
+from .ir import GraphError
+from .plan_cache import CACHE
+
+log = logging.getLogger("cudnn_compat")
+
+
+def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None):
+    """Finalize ``graph`` and build the first plan an engine accepts.  The plan carries
+    ``declines``: [(engine or config, reason)] for every engine passed over."""
+    if not graph.finalized:
+        graph.finalize()
+    configs, declines = get_engine_configs(graph, place, mode, forced)
+    declines = list(declines)
+    for eng, cfg in configs:
+        if eng.name in exclude:
+            declines.append((str(cfg), "excluded after an execution failure"))
+            continue
+        reason = eng.check_support(graph, place)
+        if reason is None:
+            try:
+                plan = eng.build(graph, cfg)
+            except EngineDeclined as e:
+                reason = e.reason
+            else:
+                plan.declines = declines
+                plan.place = place
+                _log_plan(graph, plan)
+                return plan
+        declines.append((str(cfg), reason))
+    detail = "; ".join(f"{n}: {r}" for n, r in declines) or "no engine is registered"
+    raise GraphError("ENGINE_SUPPORT", f"no engine can run this graph ({detail})", "NOT_SUPPORTED")
+
+
+def _log_plan(graph, plan):
+    if log.isEnabledFor(logging.INFO):
+        lines = [graph.describe()]
+        lines += [f"  declined {n}: {r}" for n, r in plan.declines]
+        lines.append(f"  chosen {plan.config} (workspace {plan.workspace_size} bytes)")
+        log.info("\n".join(lines))
+
+
+def get_plan(key, build_graph, place: str, mode: str = "A"):
+    """Cached plan for ``key``; on a miss ``build_graph()`` makes the graph."""
+    plan = CACHE.get(key)
+    if plan is None:
+        plan = make_plan(build_graph(), place, mode)
+        CACHE.put(key, plan)
+    return plan
+
+
+def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=None, key=None):
+    """Run ``plan``; when its engine fails at execute time, evict it and rebuild on the next
+    engine in heuristics order (the failed engine must raise before writing outputs)."""
+    pack = VariantPack(data, workspace, workspace_size)
+    tried = []
+    while True:
+        t0 = time.perf_counter()
+        try:
+            plan.execute(pack, stream)
+            plan.last_time = time.perf_counter() - t0
+            return plan
+        except EngineDeclined as e:
+            tried.append(plan.engine)
+            log.warning("engine %s failed at execute (%s); falling back", plan.engine, e.reason)
+            if key is not None:
+                CACHE.evict(key)
+            plan = make_plan(plan.graph, plan.place, exclude=tried)
+            if key is not None:
+                CACHE.put(key, plan)
+
+
+def run(key, build_graph, data: dict, place: str, workspace=None, workspace_size: int = 0, stream=None):
+    plan = get_plan(key, build_graph, place)
+    return execute(plan, data, workspace, workspace_size, stream, key)

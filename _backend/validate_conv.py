@@ -1,0 +1,1 @@
+"""Rules for the convolution ops (filled by the convolution family)."""

@@ -1,0 +1,38 @@
+"""cudnn-compat: cuDNN's legacy v7-style API on top of a graph layer.
+
+Every legacy function is available under its C name (``cudnnConvolutionForward``)
+and its CuPy 13 ``cupy.cuda.cudnn`` name (``convolutionForward``); enum values are
+module constants with their C values.
+"""
+from __future__ import annotations
+
+import importlib
+
+from _backend.plan_cache import CACHE as _CACHE
+from . import enums as _enums
+from ._registry import LEGACY, exported
+from .errors import STATUS, CuDNNError, getErrorString  # noqa: F401
+
+__version__ = "0.1.0"
+
+# Family modules register their functions with ``_registry.legacy`` on import.
+_FAMILIES = ["handle", "tensor", "tensor_ops", "cnn", "activation", "softmax", "pooling", "lrn", "batchnorm"]
+for _m in _FAMILIES:
+    try:
+        importlib.import_module(f"{__name__}.{_m}")
+    except ModuleNotFoundError as _e:  # a family not written yet
+        if _e.name != f"{__name__}.{_m}":
+            raise
+
+globals().update({k: v for k, v in vars(_enums).items() if k.isupper()})
+globals().update(STATUS)
+globals().update(exported())
+
+
+def plan_cache_info():
+    """(hits, misses, maxsize, currsize) of the plan cache."""
+    return _CACHE.info()
+
+
+def plan_cache_clear() -> None:
+    _CACHE.clear()

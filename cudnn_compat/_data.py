@@ -1,0 +1,104 @@
+"""Data and scalar arguments of legacy calls (architecture.md "Data arguments";
+002 "Scaling Parameters": alpha/beta are host pointers to float, or to double
+when the data type is DOUBLE).
+
+``bind(handle, data, tensor, argname)`` makes the buffer an engine reads or writes:
+a NumPy view with the descriptor's dims and strides over the caller's memory on the
+CPU place, a strided CuPy array over the device memory on the GPU place.  The
+caller's buffer must hold the descriptor's whole extent (BAD_PARAM otherwise, which
+cuDNN itself cannot check).
+"""
+from __future__ import annotations
+
+import ctypes
+import numbers
+
+import numpy as np
+
+from _backend import dtypes
+from .errors import bad_param
+
+# Plain Python ints below this are scalar values (alpha=1, beta=0); larger ones are host
+# pointers as CuPy 13 passed them (np.array(1.0).ctypes.data).  No host object lives in
+# the first page of memory, so the two cannot be confused.
+POINTER_MIN = 4096
+
+
+def extent_bytes(tensor) -> int:
+    """Bytes spanned by a tensor with non-negative strides (002 GetTensorSizeInBytes)."""
+    span = 1 + sum((d - 1) * s for d, s in zip(tensor.dims, tensor.strides))
+    return span * dtypes.itemsize(tensor.dtype)
+
+
+def _host_view(data, tensor, argname: str) -> np.ndarray:
+    storage = dtypes.storage_dtype(tensor.dtype)
+    need = extent_bytes(tensor)
+    if isinstance(data, np.ndarray):
+        if not (data.flags.c_contiguous or data.flags.f_contiguous):
+            raise bad_param(argname, "must be a contiguous buffer (legacy calls take a pointer, not a strided array)")
+        if data.nbytes < need:
+            raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
+        raw = data.reshape(-1, order="A").view(np.uint8)
+    elif isinstance(data, int) and not isinstance(data, bool):
+        if data == 0:
+            raise bad_param(argname, "is NULL")
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * need).from_address(data))
+    else:
+        raise bad_param(argname, f"must be a NumPy array or a host pointer int on the CPU place, got {type(data).__name__}")
+    strides = tuple(s * storage.itemsize for s in tensor.strides)
+    return np.ndarray(tensor.dims, dtype=storage, buffer=raw, offset=0, strides=strides)
+
+
+def _device_view(data, tensor, argname: str):
+    import cupy
+    storage = dtypes.storage_dtype(tensor.dtype)
+    need = extent_bytes(tensor)
+    if isinstance(data, cupy.ndarray):
+        if not (data.flags.c_contiguous or data.flags.f_contiguous):
+            raise bad_param(argname, "must be a contiguous buffer")
+        if data.nbytes < need:
+            raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
+        ptr, owner = data.data.ptr, data
+    elif isinstance(data, int) and not isinstance(data, bool):
+        if data == 0:
+            raise bad_param(argname, "is NULL")
+        ptr, owner = data, None
+    elif hasattr(data, "__cuda_array_interface__"):
+        iface = data.__cuda_array_interface__
+        ptr, owner = iface["data"][0], data
+    elif hasattr(data, "__dlpack__"):
+        arr = cupy.from_dlpack(data)
+        return _device_view(arr, tensor, argname)
+    else:
+        raise bad_param(argname, f"must be a CuPy array, a device pointer int or a CUDA array on the GPU place, got {type(data).__name__}")
+    mem = cupy.cuda.UnownedMemory(ptr, need, owner)
+    strides = tuple(s * storage.itemsize for s in tensor.strides)
+    return cupy.ndarray(tensor.dims, dtype=storage, memptr=cupy.cuda.MemoryPointer(mem, 0), strides=strides)
+
+
+def bind(handle, data, tensor, argname: str):
+    """The engine-side buffer for ``data`` described by IR ``tensor``."""
+    if data is None:
+        raise bad_param(argname, "is NULL")
+    if handle.place == "cpu":
+        return _host_view(data, tensor, argname)
+    return _device_view(data, tensor, argname)
+
+
+def scalar(value, argname: str, double: bool = False) -> float:
+    """alpha/beta and other host scalars: a number, a NumPy scalar/array, or a host pointer int
+    to a float (double when ``double``)."""
+    if value is None:
+        raise bad_param(argname, "is NULL")
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int):
+        if value >= POINTER_MIN:
+            ctype = ctypes.c_double if double else ctypes.c_float
+            return float(ctype.from_address(value).value)
+        return float(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, np.ndarray) and value.size == 1:
+        return float(value.reshape(-1)[0])
+    raise bad_param(argname, f"must be a number, a NumPy scalar or a host pointer, got {type(value).__name__}")

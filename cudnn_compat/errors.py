@@ -1,0 +1,71 @@
+"""cudnnStatus_t and CuDNNError (002 §3.1.2.23 cudnnStatus_t, §3.2.43 cudnnGetErrorString).
+
+Every rejected call raises ``CuDNNError`` before anything is written; the message
+names the function, the argument and the rule it broke.  Helpers ``bad_param`` and
+``not_supported`` build them; ``_registry.legacy`` fills in the function name.
+"""
+from __future__ import annotations
+
+STATUS = {
+    "CUDNN_STATUS_SUCCESS": 0,
+    "CUDNN_STATUS_NOT_INITIALIZED": 1,
+    "CUDNN_STATUS_ALLOC_FAILED": 2,
+    "CUDNN_STATUS_BAD_PARAM": 3,
+    "CUDNN_STATUS_INTERNAL_ERROR": 4,
+    "CUDNN_STATUS_INVALID_VALUE": 5,
+    "CUDNN_STATUS_ARCH_MISMATCH": 6,
+    "CUDNN_STATUS_MAPPING_ERROR": 7,
+    "CUDNN_STATUS_EXECUTION_FAILED": 8,
+    "CUDNN_STATUS_NOT_SUPPORTED": 9,
+    "CUDNN_STATUS_LICENSE_ERROR": 10,
+    "CUDNN_STATUS_RUNTIME_PREREQUISITE_MISSING": 11,
+    "CUDNN_STATUS_RUNTIME_IN_PROGRESS": 12,
+    "CUDNN_STATUS_RUNTIME_FP_OVERFLOW": 13,
+    "CUDNN_STATUS_VERSION_MISMATCH": 14,
+}
+STATUS_NAME = {v: k for k, v in STATUS.items()}
+globals().update(STATUS)
+
+
+def getErrorString(status: int) -> str:
+    """002 §3.2.43: the enum name, or CUDNN_UNKNOWN_STATUS."""
+    return STATUS_NAME.get(int(status), "CUDNN_UNKNOWN_STATUS")
+
+
+class CuDNNError(RuntimeError):
+    """A failed legacy call: ``.status`` (int), ``.status_name``, ``.function``, ``.argument``, ``.rule``."""
+
+    def __init__(self, status: int, argument: str = "", rule: str = "", function: str = ""):
+        self.status = int(status)
+        self.argument = argument
+        self.rule = rule
+        self.function = function
+        super().__init__(self._text())
+
+    @property
+    def status_name(self) -> str:
+        return getErrorString(self.status)
+
+    def _text(self) -> str:
+        where = ": ".join(p for p in (self.function, self.argument) if p)
+        return f"{self.status_name}: {where}: {self.rule}" if where else f"{self.status_name}: {self.rule}"
+
+    def with_function(self, function: str) -> "CuDNNError":
+        if not self.function:
+            self.function = function
+            self.args = (self._text(),)
+        return self
+
+
+def bad_param(argument: str, rule: str) -> CuDNNError:
+    return CuDNNError(CUDNN_STATUS_BAD_PARAM, argument, rule)  # noqa: F821
+
+
+def not_supported(argument: str, rule: str) -> CuDNNError:
+    return CuDNNError(CUDNN_STATUS_NOT_SUPPORTED, argument, rule)  # noqa: F821
+
+
+def check(cond: bool, argument: str, rule: str, status: int = 3) -> None:
+    """Raise CuDNNError(status) naming ``argument`` and ``rule`` unless ``cond``."""
+    if not cond:
+        raise CuDNNError(status, argument, rule)

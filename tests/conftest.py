@@ -1,0 +1,38 @@
+import numpy as np
+import pytest
+
+import cudnn_compat as cc
+from cudnn_compat._place import gpu_reason
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = gpu_reason()
+    if reason:
+        skip = pytest.mark.skip(reason=f"gpu test: {reason}")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def handle():
+    """A CPU-place handle (the reference engine)."""
+    h = cc.cudnnCreate("cpu")
+    yield h
+    cc.cudnnDestroy(h)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def tdesc(shape, dtype=None, fmt=None, strides=None):
+    """A tensor descriptor for a logical N,C,... shape: packed NCHW, NHWC via ``fmt``, or explicit strides."""
+    dtype = cc.CUDNN_DATA_FLOAT if dtype is None else dtype
+    d = cc.cudnnCreateTensorDescriptor()
+    if strides is not None:
+        cc.cudnnSetTensorNdDescriptor(d, dtype, len(shape), list(shape), list(strides))
+    else:
+        cc.cudnnSetTensorNdDescriptorEx(d, cc.CUDNN_TENSOR_NCHW if fmt is None else fmt, dtype, len(shape), list(shape))
+    return d
