@@ -1,1 +1,1 @@
-"""Rules for resample, softmax, LRN, divisive and batch normalization ops (filled by their families)."""
+"""Rules for Softmax, LRN and divisive normalization ops (filled by their family)."""

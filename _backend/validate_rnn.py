@@ -1,0 +1,1 @@
+"""Op kinds and rules for RNN and dropout graphs (filled by the RNN family)."""
