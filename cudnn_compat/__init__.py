@@ -7,6 +7,8 @@ module constants with their C values.
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 
 from _backend.plan_cache import CACHE as _CACHE
 from . import enums as _enums
@@ -36,3 +38,19 @@ def plan_cache_info():
 
 def plan_cache_clear() -> None:
     _CACHE.clear()
+
+
+def _configure_logging() -> None:
+    """``CUDNN_COMPAT_LOG=info|debug|warning`` logs each new call signature's graph, the engines
+    that declined it and why, and the config chosen (architecture.md "Explain")."""
+    level = os.environ.get("CUDNN_COMPAT_LOG", "").strip().upper()
+    if level:
+        log = logging.getLogger("cudnn_compat")
+        log.setLevel(getattr(logging, level, logging.INFO))
+        if not log.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("cudnn_compat %(levelname)s: %(message)s"))
+            log.addHandler(handler)
+
+
+_configure_logging()
