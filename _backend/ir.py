@@ -107,7 +107,7 @@ OP_SPECS: dict[str, OpSpec] = {
     "LRNForward": OpSpec(("x",), (), ("y",)),
     "LRNBackward": OpSpec(("x", "y", "dy"), (), ("dx",)),
     "DivisiveNormalizationForward": OpSpec(("x",), ("means",), ("y",)),
-    "DivisiveNormalizationBackward": OpSpec(("x", "dy"), ("means",), ("dx", "dmeans")),
+    "DivisiveNormalizationBackward": OpSpec(("x", "dy"), ("means",), ("dx",), ("dmeans",)),
     # batch norm; attrs: phase ('TRAINING'|'INFERENCE'), axes (dims reduced), epsilon, exp_avg_factor
     "NormForward": OpSpec(
         ("x", "scale", "bias"),

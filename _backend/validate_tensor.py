@@ -14,7 +14,7 @@ POINTWISE_BINARY = {
     "CMP_GT", "CMP_GE", "CMP_LT", "CMP_LE", "CMP_EQ", "CMP_NEQ",
     # backward activations: x = dy, b = the forward input (or output for *_BWD_Y)
     "RELU_BWD", "TANH_BWD", "SIGMOID_BWD", "ELU_BWD", "CLIPPED_RELU_BWD",
-    "TANH_BWD_Y", "SIGMOID_BWD_Y",
+    "TANH_BWD_Y", "SIGMOID_BWD_Y", "ELU_BWD_Y", "SWISH_BWD",
 }
 REDUCTION_MODES = {"ADD", "MUL", "MIN", "MAX", "AMAX", "AVG", "NORM1", "NORM2", "MUL_NO_ZEROS"}
 

@@ -27,6 +27,7 @@ for _m in _FAMILIES:
             raise
 
 globals().update({k: v for k, v in vars(_enums).items() if k.isupper()})
+globals().update({k: v for _vals in _enums.ENUMS.values() for k, v in _vals.items()})  # also CUDNN_DATA_INT8x4 & co.
 globals().update(STATUS)
 globals().update(exported())
 
@@ -54,3 +55,10 @@ def _configure_logging() -> None:
 
 
 _configure_logging()
+
+
+def last_engine() -> "str | None":
+    """The engine that ran the last legacy compute call on this thread (None before any)."""
+    from ._call import last_plan
+    plan = last_plan()
+    return None if plan is None else plan.engine

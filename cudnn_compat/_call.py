@@ -9,6 +9,8 @@ the plan to the caller's buffer or scalar.  ``blend`` appends the output scaling
 """
 from __future__ import annotations
 
+import threading
+
 from _backend import planner
 from _backend.ir import Operation, scalar as scalar_tensor, virtual
 from ._data import bind
@@ -49,11 +51,30 @@ def _externals(plan) -> dict:
     return ext
 
 
-def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None, workspace_size: int = 0):
+def plan_for(handle, key: tuple, build):
+    """The cached plan ``run`` would use for ``key`` (built on a miss), without executing it:
+    for workspace-size queries and algorithm searches."""
+    return planner.get_plan((handle.place, handle.device) + key, build, handle.place)
+
+
+def check_workspace(plan, workspace, workspace_size: int, argname: str = "workSpaceSizeInBytes") -> None:
+    """BAD_PARAM when the caller's workspace is smaller than the plan needs (NULL counts as 0 bytes)."""
+    need = int(plan.workspace_size)
+    have = 0 if workspace is None or (isinstance(workspace, int) and workspace == 0) else int(workspace_size)
+    if have < need:
+        from .errors import bad_param
+        raise bad_param(argname, f"the plan needs {need} bytes of workspace, {have} were given")
+
+
+def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None, workspace_size: int = 0,
+        workspace_arg: "str | None" = None):
     """Execute the plan for ``key``.  ``tensors``: uid -> (data, argname); the prior-y uid of
-    a blend is bound to the same buffer as y.  ``scalars``: uid -> float.  Returns the plan."""
+    a blend is bound to the same buffer as y.  ``scalars``: uid -> float.  Returns the plan.
+    With ``workspace_arg`` (the size argument's name) the workspace is checked first."""
     key = (handle.place, handle.device) + key
     plan = planner.get_plan(key, build, handle.place)
+    if workspace_arg is not None:
+        check_workspace(plan, workspace, workspace_size, workspace_arg)
     data = {}
     for uid, t in _externals(plan).items():
         if t.is_by_value:
@@ -61,4 +82,14 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         else:
             buf, argname = tensors[uid] if uid in tensors else tensors[uid - Y_PRIOR_OFFSET]
             data[uid] = bind(handle, buf, t, argname)
-    return planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
+    plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
+    _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
+    return plan
+
+
+_LAST = threading.local()
+
+
+def last_plan():
+    """The plan the last legacy call on this thread executed (None before any)."""
+    return getattr(_LAST, "plan", None)

@@ -85,6 +85,23 @@ def bind(handle, data, tensor, argname: str):
     return _device_view(data, tensor, argname)
 
 
+def address(data) -> "int | None":
+    """The address a data argument points at (None when it cannot be told)."""
+    if isinstance(data, int) and not isinstance(data, bool):
+        return int(data)
+    if isinstance(data, np.ndarray):
+        return data.__array_interface__["data"][0]
+    iface = getattr(data, "__cuda_array_interface__", None)
+    return iface["data"][0] if iface else None
+
+
+def same_buffer(a, b) -> bool:
+    """True when two data arguments are the same pointer (the in-place rules of 002)."""
+    if a is None or b is None:
+        return False
+    return a is b or (address(a) is not None and address(a) == address(b))
+
+
 def scalar(value, argname: str, double: bool = False) -> float:
     """alpha/beta and other host scalars: a number, a NumPy scalar/array, or a host pointer int
     to a float (double when ``double``)."""

@@ -1,10 +1,11 @@
-"""Tensor arithmetic (002 §3.2.2 cudnnAddTensor, §3.2.88 cudnnSetTensor, §3.2.79 cudnnScaleTensor),
-each one Pointwise graph."""
+"""Tensor arithmetic (002 §3.2.2 cudnnAddTensor, §3.2.88 cudnnSetTensor, §3.2.79 cudnnScaleTensor,
+§3.2.100 cudnnTransformTensor), each one Pointwise graph.  cudnnOpTensor lives in op_tensor.py,
+cudnnReduceTensor in reduce_tensor.py (imported at the end, so this family registers all three)."""
 from __future__ import annotations
 
 from _backend.ir import Operation, scalar as scalar_tensor
 from ._call import ALPHA, BETA, blend, compute_dtype, run
-from ._data import scalar
+from ._data import same_buffer, scalar
 from ._registry import legacy
 from .errors import check, not_supported
 from .handle import get_handle
@@ -64,3 +65,27 @@ def scaleTensor(handle, yDesc, y, alpha) -> None:
         return OperationGraph([Operation("Pointwise", {"x": prior, "alpha1": alpha_t}, {"y": yt}, {"mode": "IDENTITY"})], "ScaleTensor")
 
     run(h, ("ScaleTensor", yd.key()), build, {C: (y, "y"), A: (y, "y")}, {ALPHA: a})
+
+
+@legacy("cudnnTransformTensor")
+def transformTensor(handle, alpha, xDesc, x, beta, yDesc, y) -> None:
+    """y = alpha*x + beta*y between two layouts of the same dims and data type (002 §3.2.100):
+    one Pointwise IDENTITY (ADD with the prior y when beta != 0).  BAD_PARAM when the dims or
+    the data types differ, or when x and y are the same buffer (002: "tensors cannot be
+    transformed in place"; libcudnn 9.19 also converts between data types, 002 does not)."""
+    h = get_handle(handle)
+    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+    check(xd.nbDims == yd.nbDims and xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
+    check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
+    check(not same_buffer(x, y), "y", "must not overlap x (tensors cannot be transformed in place)")
+    dbl = yd.dtype == "float64"
+    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
+
+    def build():
+        from _backend.ir import OperationGraph
+        return OperationGraph([blend(xd.ir(A, "x"), yd.ir(C, "y"), b == 0)], "TransformTensor")
+
+    run(h, ("TransformTensor", xd.key(), yd.key(), b == 0), build, {A: (x, "x"), C: (y, "y")}, {ALPHA: a, BETA: b})
+
+
+from . import op_tensor, reduce_tensor  # noqa: E402,F401  (registration of the rest of the family)

@@ -32,13 +32,22 @@ def _relu(x, a, prop):
     return y
 
 
-def _relu_bwd(dy, x, a):
+def _relu_bwd(dy, x, a, prop=True):
+    """dy where lower < x < upper; ``x`` may be the forward input or output (same mask).
+    A NaN x gives NaN only under PROPAGATE (under NOT_PROPAGATE it was clipped away)."""
     lo = a.get("relu_lower_clip", 0.0)
     up = a.get("relu_upper_clip")
     mask = x > lo
     if up is not None:
         mask &= x < up
-    return np.where(mask, dy, 0.0) + np.where(np.isnan(x), np.nan, 0.0)
+    return np.where(mask, dy, 0.0) + (np.where(np.isnan(x), np.nan, 0.0) if prop else 0.0)
+
+
+def _swish_bwd(dy, x, a):
+    """d/dx x*sigmoid(beta*x) = s + beta*x*s*(1-s), s = sigmoid(beta*x)."""
+    bx = a.get("swish_beta", 1.0) * x
+    s = _sigmoid(bx)
+    return dy * (s + bx * s * (1.0 - s))
 
 
 UNARY = {
@@ -76,13 +85,15 @@ BINARY = {
     "CMP_EQ": lambda x, b, a, p: (x == b).astype(np.float64),
     "CMP_NEQ": lambda x, b, a, p: (x != b).astype(np.float64),
     # backward activations: x is dy, b is the forward input (or the forward output for *_Y)
-    "RELU_BWD": lambda dy, x, a, p: _relu_bwd(dy, x, a),
-    "CLIPPED_RELU_BWD": lambda dy, x, a, p: _relu_bwd(dy, x, a),
+    "RELU_BWD": lambda dy, x, a, p: _relu_bwd(dy, x, a, p),
+    "CLIPPED_RELU_BWD": lambda dy, x, a, p: _relu_bwd(dy, x, a, p),
     "TANH_BWD": lambda dy, x, a, p: dy * (1.0 - np.tanh(x) ** 2),
     "TANH_BWD_Y": lambda dy, y, a, p: dy * (1.0 - y * y),
     "SIGMOID_BWD": lambda dy, x, a, p: dy * _sigmoid(x) * (1.0 - _sigmoid(x)),
     "SIGMOID_BWD_Y": lambda dy, y, a, p: dy * y * (1.0 - y),
     "ELU_BWD": lambda dy, x, a, p: dy * np.where(x > 0, 1.0, a.get("elu_alpha", 1.0) * np.exp(np.minimum(x, 0))),
+    "ELU_BWD_Y": lambda dy, y, a, p: dy * np.where(y > 0, 1.0, y + a.get("elu_alpha", 1.0)),
+    "SWISH_BWD": lambda dy, x, a, p: _swish_bwd(dy, x, a),
 }
 
 

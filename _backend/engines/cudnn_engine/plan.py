@@ -1,0 +1,162 @@
+"""The cudnn engine's ExecutionPlan: a finalized native EXECUTION_PLAN plus the lean
+per-call path (000 "Execution plans", "Variant packs"; 002 ch. 9 VARIANT_PACK).
+
+Per call: read the data pointers of the bound buffers, write by-value scalars into this
+plan's host slots (their addresses never change), look up a cached VARIANT_PACK
+descriptor keyed by (pointers, workspace), and ``cudnnBackendExecute`` on the native
+handle of the device, bound to the caller's stream.  A conv_blend plan keeps one native
+plan per (alpha, beta) value pair, since cuDNN bakes them into the operation.
+"""
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+
+from ..base import EngineDeclined, ExecutionPlan
+from . import configs as _configs
+from . import lib as _lib
+from .graph import ALIGNMENT, NativeGraph
+
+PACK_CACHE = 16  # variant packs kept per plan
+SUBPLANS = 8  # (alpha, beta) native plans kept per conv_blend plan
+
+
+def _ptr(buf) -> int:
+    try:
+        return buf.data.ptr  # cupy.ndarray
+    except AttributeError:
+        pass
+    if isinstance(buf, int):
+        return buf
+    p = getattr(buf, "ptr", None)  # cupy MemoryPointer
+    if p is not None:
+        return int(p)
+    return int(buf.__cuda_array_interface__["data"][0])
+
+
+class CudnnPlan(ExecutionPlan):
+    def __init__(self, graph, config, spec, device: int, native_graph: NativeGraph, plan_desc, workspace: int,
+                 keep: list, alpha_beta: tuple):
+        super().__init__(graph, config, workspace)
+        self.spec, self.device = spec, device
+        self._graphs = [native_graph]
+        self._keep = list(keep)
+        self._execute = _lib.load().cudnnBackendExecute
+        self._subplans = OrderedDict({alpha_beta: (plan_desc.ptr, workspace)})
+        self._base_key = alpha_beta
+        self._plan_ptr = plan_desc.ptr
+        self._baked = spec.pattern == "conv_blend"
+        nscalar = sum(1 for b in spec.bind if b[2])
+        self._scalars = (ctypes.c_float * max(nscalar, 1))()
+        base = ctypes.addressof(self._scalars)
+        self._binding, slot = [], 0
+        for _native_uid, src, is_scalar in spec.bind:
+            if is_scalar:
+                self._binding.append((src, slot, base + 4 * slot))
+                slot += 1
+            else:
+                self._binding.append((src, None, 0))
+        self._uids = [b[0] for b in spec.bind]
+        self._same = list(spec.same_memory)
+        self._packs: OrderedDict = OrderedDict()
+        self._ws: dict = {}
+
+    # -- per call -------------------------------------------------------------------------
+    def execute(self, pack, stream=None) -> None:
+        sptr = 0 if stream is None else int(getattr(stream, "ptr", stream) or 0)
+        handle = _lib.handle_for(self.device, sptr)
+        data = pack.data
+        scalars = self._scalars
+        ptrs = []
+        for src, slot, addr in self._binding:
+            if slot is None:
+                p = _ptr(data[src])
+                if p % ALIGNMENT:
+                    raise EngineDeclined("cudnn", f"buffer of tensor {src} at {p:#x} is not {ALIGNMENT}-byte aligned")
+                ptrs.append(p)
+            else:
+                scalars[slot] = float(data[src])
+                ptrs.append(addr)
+        for a, b in self._same:
+            if _ptr(data[a]) != _ptr(data[b]):
+                raise EngineDeclined("cudnn", f"the blend's prior output (uid {a}) is not the output buffer (uid {b})")
+        if self._baked:
+            s = self.spec
+            key = (float(data[s.alpha_uid]) if s.alpha_uid is not None else 1.0,
+                   float(data[s.beta_uid]) if s.beta_uid is not None else s.beta_default)
+            entry = self._subplans.get(key) or self._add_subplan(key)
+            plan_ptr, need = entry
+        else:
+            plan_ptr, need = self._plan_ptr, self.workspace_size
+        ws = self._workspace(pack, stream, sptr, need) if need else 0
+        pkey = (tuple(ptrs), ws)
+        vp = self._packs.get(pkey)
+        if vp is None:
+            vp = self._make_pack(pkey)
+        st = self._execute(handle, plan_ptr, vp)
+        if st:
+            raise EngineDeclined("cudnn", f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)}: "
+                                          f"{_lib.last_error()}")
+
+    def _make_pack(self, pkey):
+        ptrs, ws = pkey
+        vp = _lib.Descriptor("VARIANT_PACK")
+        try:
+            vp.set("VARIANT_PACK_UNIQUE_IDS", "INT64", self._uids)
+            vp.set("VARIANT_PACK_DATA_POINTERS", "VOID_PTR", list(ptrs))
+            vp.set("VARIANT_PACK_WORKSPACE", "VOID_PTR", ws or None)
+            vp.finalize()
+        except _lib.CudnnStatusError as e:
+            vp.destroy()
+            raise EngineDeclined("cudnn", str(e))
+        self._packs[pkey] = vp
+        while len(self._packs) > PACK_CACHE:
+            self._packs.popitem(last=False)[1].destroy()
+        return vp.ptr
+
+    def _workspace(self, pack, stream, sptr: int, need: int) -> int:
+        w = pack.workspace
+        if w is not None and not (isinstance(w, int) and w == 0) and int(pack.workspace_size or 0) >= need:
+            return _ptr(w)
+        mem = self._ws.get(sptr)
+        if mem is None or mem.mem.size < need:
+            import cupy
+            s = stream if stream is not None else cupy.cuda.Stream.null
+            with cupy.cuda.Device(self.device), s:
+                mem = cupy.cuda.alloc(need)
+            self._ws[sptr] = mem
+        return mem.ptr
+
+    def _add_subplan(self, key):
+        """A native plan of the same engine config with other alpha/beta values baked in."""
+        handle = _lib.handle_for(self.device, 0)
+        try:
+            ng = NativeGraph(self.spec, handle, *key)
+        except _lib.CudnnStatusError as e:
+            raise EngineDeclined("cudnn", f"alpha/beta {key}: {e}")
+        try:
+            plan, ws, keep = _configs.execution_plan(_lib, handle, ng.graph, self.config)
+        except _lib.CudnnStatusError as e:
+            ng.destroy()
+            raise EngineDeclined("cudnn", f"alpha/beta {key}: {e}")
+        self._graphs.append(ng)
+        self._keep.extend(keep)
+        self._subplans[key] = (plan.ptr, ws)
+        while len(self._subplans) > SUBPLANS:
+            old = next(k for k in self._subplans if k != self._base_key)
+            del self._subplans[old]  # its descriptors stay in _keep until release()
+        return self._subplans[key]
+
+    # -- lifetime -------------------------------------------------------------------------
+    def release(self) -> None:
+        for vp in self._packs.values():
+            vp.destroy()
+        self._packs.clear()
+        for d in reversed(self._keep):
+            d.destroy()
+        self._keep = []
+        for g in self._graphs:
+            g.destroy()
+        self._graphs = []
+        self._subplans.clear()
+        self._ws.clear()

@@ -1,0 +1,113 @@
+"""Compiling and launching generated kernels through CuPy (NVRTC underneath).
+
+Modules are cached in-process by (device, kernel name), the name being a hash of the
+source; CuPy's RawModule adds its own on-disk cache of the compiled code.
+``CUDNN_COMPAT_DUMP_KERNELS=dir`` writes every source compiled to ``dir/<name>.cu``.
+``LAUNCHES`` counts kernel launches (tests use it to check that a chain is one kernel).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import numpy as np
+
+_MODULES: dict = {}
+_LOCK = threading.Lock()
+LAUNCHES = [0]
+OPTIONS = ("-std=c++17",)
+
+
+def cupy():
+    import cupy as cp
+    return cp
+
+
+def dump(spec) -> None:
+    where = os.environ.get("CUDNN_COMPAT_DUMP_KERNELS", "").strip()
+    if where:
+        os.makedirs(where, exist_ok=True)
+        path = os.path.join(where, spec.name + ".cu")
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(spec.source)
+
+
+def function(spec):
+    """The compiled kernel of a KernelSpec on the current device."""
+    cp = cupy()
+    key = (cp.cuda.runtime.getDevice(), spec.name)
+    fn = _MODULES.get(key)
+    if fn is None:
+        with _LOCK:
+            fn = _MODULES.get(key)
+            if fn is None:
+                dump(spec)
+                mod = cp.RawModule(code=spec.source, options=OPTIONS)
+                fn = mod.get_function(spec.name)
+                _MODULES[key] = fn
+    return fn
+
+
+def pointer(buf) -> int:
+    if isinstance(buf, int):
+        return buf
+    data = getattr(buf, "data", None)
+    if data is not None and hasattr(data, "ptr"):
+        return int(data.ptr)
+    iface = getattr(buf, "__cuda_array_interface__", None)
+    if iface is not None:
+        return int(iface["data"][0])
+    raise TypeError(f"not a device buffer: {type(buf).__name__}")
+
+
+SCALAR_TYPES = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64,
+                "unsigned int": np.uint32, "unsigned long long": np.uint64}
+
+
+def launch(spec, env: dict, extra: "dict | None" = None) -> None:
+    """Launch ``spec`` on the current stream with buffers/scalars from ``env`` (uid -> value)."""
+    args = []
+    for a in spec.args:
+        if a[0] == "buf":
+            args.append(np.uint64(pointer(env[a[1]])))
+        elif a[0] == "scalar":
+            args.append(SCALAR_TYPES[a[2]](float(env[a[1]])))
+        elif a[0] == "extra":  # ("extra", name, ctype): a value the step computes at run time
+            v = extra[a[1]]
+            args.append(np.uint64(pointer(v)) if a[2] == "ptr" else SCALAR_TYPES[a[2]](v))
+        else:  # pragma: no cover
+            raise ValueError(f"unknown kernel argument {a!r}")
+    fn = function(spec)
+    fn(spec.grid, spec.block, tuple(args), shared_mem=spec.shared_mem)
+    LAUNCHES[0] += 1
+
+
+def aligned(env: dict, uids) -> bool:
+    return all(pointer(env[u]) % 16 == 0 for u in uids)
+
+
+@contextlib.contextmanager
+def on_stream(stream):
+    """Make ``stream`` (a cupy Stream/ExternalStream, a raw cudaStream_t int, or None for the
+    current stream) current for the block."""
+    if stream is None:
+        yield
+        return
+    cp = cupy()
+    if isinstance(stream, int):
+        stream = cp.cuda.ExternalStream(stream)
+    with stream:
+        yield
+
+
+def empty(tensor):
+    """A device buffer for a (virtual) tensor: storage dtype, the tensor's strides."""
+    from ... import dtypes
+    cp = cupy()
+    storage = dtypes.storage_dtype(tensor.dtype)
+    span = 1 + sum((d - 1) * s for d, s in zip(tensor.dims, tensor.strides))
+    base = cp.empty(span, dtype=storage)
+    strides = tuple(s * storage.itemsize for s in tensor.strides)
+    return cp.ndarray(tensor.dims, dtype=storage, memptr=base.data, strides=strides)

@@ -1,0 +1,191 @@
+"""The REAL legacy libcudnn functions that libcudnn 9 still exports, through ctypes: the
+ground truth ("legacy") side of GPU tests and benchmarks.  Not used by any engine.
+
+Function names and argument orders are cuDNN's (002 ch. 3-6); ``call(name, *args)``
+raises ``LegacyError`` on any status but SUCCESS.  Small helpers build descriptors from
+IR-style dims/strides and wrap the perf-struct queries.  Pointers are ints (use
+``cupy.ndarray.data.ptr``); alpha/beta are Python floats, passed as float or double
+as 002 "Scaling Parameters" says (double for DOUBLE data).
+"""
+from __future__ import annotations
+
+import ctypes
+
+from .engines.cudnn_engine import lib as _lib
+
+_vp, _int, _sz, _dbl = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_double
+_pvp, _pint, _psz = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_size_t)
+
+
+class AlgoPerf(ctypes.Structure):
+    """cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t (identical layouts)."""
+    _fields_ = [("algo", _int), ("status", _int), ("time", ctypes.c_float), ("memory", _sz),
+                ("determinism", _int), ("mathType", _int), ("reserved", _int * 3)]
+
+
+_PERF = ctypes.POINTER(AlgoPerf)
+_GET_ALGO = [_vp, _vp, _vp, _vp, _vp, _int, _pint, _PERF]
+_WS = [_vp, _vp, _vp, _vp, _vp, _int, _psz]
+PROTOTYPES = {
+    "cudnnCreateTensorDescriptor": [_pvp], "cudnnDestroyTensorDescriptor": [_vp],
+    "cudnnSetTensorNdDescriptor": [_vp, _int, _int, _pint, _pint],
+    "cudnnCreateFilterDescriptor": [_pvp], "cudnnDestroyFilterDescriptor": [_vp],
+    "cudnnSetFilterNdDescriptor": [_vp, _int, _int, _int, _pint],
+    "cudnnCreateConvolutionDescriptor": [_pvp], "cudnnDestroyConvolutionDescriptor": [_vp],
+    "cudnnSetConvolutionNdDescriptor": [_vp, _int, _pint, _pint, _pint, _int, _int],
+    "cudnnSetConvolutionGroupCount": [_vp, _int], "cudnnSetConvolutionMathType": [_vp, _int],
+    "cudnnGetConvolutionForwardWorkspaceSize": _WS,
+    "cudnnGetConvolutionBackwardDataWorkspaceSize": _WS,
+    "cudnnGetConvolutionBackwardFilterWorkspaceSize": _WS,
+    "cudnnGetConvolutionForwardAlgorithm_v7": _GET_ALGO,
+    "cudnnGetConvolutionBackwardDataAlgorithm_v7": _GET_ALGO,
+    "cudnnGetConvolutionBackwardFilterAlgorithm_v7": _GET_ALGO,
+    "cudnnFindConvolutionForwardAlgorithm": _GET_ALGO,
+    "cudnnFindConvolutionBackwardDataAlgorithm": _GET_ALGO,
+    "cudnnFindConvolutionBackwardFilterAlgorithm": _GET_ALGO,
+    "cudnnConvolutionForward": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _int, _vp, _sz, _vp, _vp, _vp],
+    "cudnnConvolutionBackwardData": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _int, _vp, _sz, _vp, _vp, _vp],
+    "cudnnConvolutionBackwardFilter": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _int, _vp, _sz, _vp, _vp, _vp],
+    "cudnnConvolutionBiasActivationForward": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _int, _vp, _sz, _vp, _vp, _vp,
+                                              _vp, _vp, _vp, _vp, _vp],
+    "cudnnAddTensor": [_vp, _vp, _vp, _vp, _vp, _vp, _vp],
+    "cudnnCreateActivationDescriptor": [_pvp], "cudnnDestroyActivationDescriptor": [_vp],
+    "cudnnSetActivationDescriptor": [_vp, _int, _int, _dbl],
+    "cudnnActivationForward": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp],
+    "cudnnCreatePoolingDescriptor": [_pvp], "cudnnDestroyPoolingDescriptor": [_vp],
+    "cudnnSetPoolingNdDescriptor": [_vp, _int, _int, _int, _pint, _pint, _pint],
+    "cudnnPoolingForward": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp],
+    "cudnnSoftmaxForward": [_vp, _int, _int, _vp, _vp, _vp, _vp, _vp, _vp],
+    "cudnnBatchNormalizationForwardTraining": [_vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _dbl,
+                                               _vp, _vp, _dbl, _vp, _vp],
+    "cudnnBatchNormalizationForwardInference": [_vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
+                                                _vp, _dbl],
+}
+# cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
+DATA_TYPE = _lib.DATA_TYPE
+TENSOR_NCHW, TENSOR_NHWC = 0, 1
+CONVOLUTION, CROSS_CORRELATION = 0, 1
+MATH = {"DEFAULT_MATH": 0, "TENSOR_OP_MATH": 1, "TENSOR_OP_MATH_ALLOW_CONVERSION": 2, "FMA_MATH": 3}
+ACTIVATION = {"SIGMOID": 0, "RELU": 1, "TANH": 2, "CLIPPED_RELU": 3, "ELU": 4, "IDENTITY": 5, "SWISH": 6}
+FWD_ALGOS = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD",
+             "WINOGRAD_NONFUSED")
+
+_ready: dict = {}
+
+
+class LegacyError(Exception):
+    def __init__(self, func, status):
+        self.func, self.status = func, status
+        super().__init__(f"{func} returned {_lib.STATUS_NAME.get(status, status)}: {_lib.last_error()}")
+
+
+def load():
+    lib = _lib.load()
+    if not _ready:
+        for name, args in PROTOTYPES.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = _int, args
+        _ready["ok"] = True
+    return lib
+
+
+def call(name: str, *args) -> None:
+    st = getattr(load(), name)(*args)
+    if st:
+        raise LegacyError(name, st)
+
+
+def _ints(vals):
+    vals = [int(v) for v in vals]
+    return (ctypes.c_int * len(vals))(*vals)
+
+
+def _create(kind: str) -> int:
+    p = ctypes.c_void_p()
+    call(f"cudnnCreate{kind}Descriptor", ctypes.byref(p))
+    return p.value
+
+
+def scalar_ptr(value: float, dtype: str):
+    """A host pointer to alpha/beta of the type 002 asks for (kept alive by the caller)."""
+    return (ctypes.c_double if dtype == "float64" else ctypes.c_float)(value)
+
+
+class Handle:
+    """A real cudnnHandle_t (separate from the engine's), optionally bound to a stream."""
+
+    def __init__(self, stream_ptr: int = 0):
+        load()
+        p = ctypes.c_void_p()
+        call("cudnnCreate", ctypes.byref(p))
+        self.ptr = p.value
+        if stream_ptr:
+            call("cudnnSetStream", self.ptr, stream_ptr)
+
+    def destroy(self):
+        if self.ptr:
+            call("cudnnDestroy", self.ptr)
+            self.ptr = None
+
+
+class Descs:
+    """Owns the legacy descriptors it makes; ``destroy()`` frees them all."""
+
+    def __init__(self):
+        self._made = []
+
+    def tensor(self, dims, strides, dtype: str) -> int:
+        d = _create("Tensor")
+        self._made.append(("Tensor", d))
+        call("cudnnSetTensorNdDescriptor", d, DATA_TYPE[dtype], len(dims), _ints(dims), _ints(strides))
+        return d
+
+    def filter(self, dims, dtype: str, nhwc: bool = False) -> int:
+        d = _create("Filter")
+        self._made.append(("Filter", d))
+        call("cudnnSetFilterNdDescriptor", d, DATA_TYPE[dtype], TENSOR_NHWC if nhwc else TENSOR_NCHW, len(dims),
+             _ints(dims))
+        return d
+
+    def conv(self, pad, stride, dilation, mode: str = "CROSS_CORRELATION", compute: str = "float32",
+             groups: int = 1, math: str = "DEFAULT_MATH") -> int:
+        d = _create("Convolution")
+        self._made.append(("Convolution", d))
+        call("cudnnSetConvolutionNdDescriptor", d, len(pad), _ints(pad), _ints(stride), _ints(dilation),
+             CROSS_CORRELATION if mode == "CROSS_CORRELATION" else CONVOLUTION, DATA_TYPE[compute])
+        call("cudnnSetConvolutionGroupCount", d, int(groups))
+        call("cudnnSetConvolutionMathType", d, MATH[math])
+        return d
+
+    def activation(self, mode: str = "RELU", coef: float = 0.0, propagate_nan: bool = False) -> int:
+        d = _create("Activation")
+        self._made.append(("Activation", d))
+        call("cudnnSetActivationDescriptor", d, ACTIVATION[mode], int(propagate_nan), float(coef))
+        return d
+
+    def pooling(self, mode: int, window, pad, stride, propagate_nan: bool = False) -> int:
+        d = _create("Pooling")
+        self._made.append(("Pooling", d))
+        call("cudnnSetPoolingNdDescriptor", d, int(mode), int(propagate_nan), len(window), _ints(window),
+             _ints(pad), _ints(stride))
+        return d
+
+    def destroy(self):
+        for kind, d in reversed(self._made):
+            call(f"cudnnDestroy{kind}Descriptor", d)
+        self._made = []
+
+
+def perf_list(func: str, handle, d1, d2, conv, d3, count: int = 16) -> list:
+    """Get*Algorithm_v7 / Find*Algorithm results as dicts, best first (status SUCCESS only)."""
+    arr = (AlgoPerf * count)()
+    n = ctypes.c_int(0)
+    call(func, handle.ptr if isinstance(handle, Handle) else handle, d1, d2, conv, d3, count, ctypes.byref(n), arr)
+    return [dict(algo=p.algo, time=p.time, memory=p.memory, determinism=p.determinism, mathType=p.mathType)
+            for p in arr[: n.value] if p.status == 0]
+
+
+def workspace_size(func: str, handle, d1, d2, conv, d3, algo: int) -> int:
+    s = ctypes.c_size_t(0)
+    call(func, handle.ptr if isinstance(handle, Handle) else handle, d1, d2, conv, d3, int(algo), ctypes.byref(s))
+    return int(s.value)

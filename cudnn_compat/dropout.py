@@ -1,0 +1,237 @@
+"""Dropout (002 §3.2.9 cudnnCreateDropoutDescriptor, §3.2.24 Destroy, §3.2.36
+DropoutGetStatesSize, §3.2.35 DropoutGetReserveSpaceSize, §3.2.80 SetDropoutDescriptor,
+§3.2.43 GetDropoutDescriptor, §3.2.73 RestoreDropoutDescriptor, §3.2.34 DropoutForward,
+§4.1.7 DropoutBackward).
+
+The mask is a pure function of (seed, offset, shape): an ``Rng`` op (Philox4x32-10, exact
+definition in _backend/validate_rnn.py) draws it, so every engine, CPU or GPU, gives the
+same mask for the same seed.  The random-number *state* lives in the caller's ``states``
+buffer, as cuRAND's did, so RestoreDropoutDescriptor re-attaches it without re-seeding:
+
+    states (int32 words):  [0] seed lo  [1] seed hi  [2] offset lo  [3] offset hi
+    (offset = Philox blocks of 4 words consumed so far; each forward advances it)
+
+Forward: y = x * mask / (1 - p) (y = 0 when p = 1), mask = 1 where kept; the mask is kept
+in reserveSpace as one uint8 per element in the logical (row-major N, C, ...) order of the
+tensor, whatever its strides.  Backward: dx = dy * mask / (1 - p).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from _backend.ir import Tensor, packed_strides
+from . import _bound_graph as bg
+from ._descriptor import Descriptor, resolve
+from ._registry import legacy
+from .errors import CUDNN_STATUS_INVALID_VALUE, bad_param, check, not_supported  # noqa: F401
+from .handle import get_handle
+from .tensor import tensor_desc
+
+STATE_WORDS = 4
+STATES_SIZE = 64  # bytes reported by DropoutGetStatesSize; the first 16 are used
+MASK_ALIGN = 16
+
+
+class DropoutDescriptor(Descriptor):
+    """cudnnDropoutDescriptor_t: probability, the states buffer (or None) and the seed."""
+
+    kind = "cudnnDropoutDescriptor_t"
+
+    def __init__(self):
+        super().__init__()
+        self.dropout = 0.0
+        self.states = None
+        self.stateSizeInBytes = 0
+        self.seed = 0
+
+    def _settings(self):
+        return (self.dropout, self.states is not None)
+
+    @property
+    def scale(self) -> float:
+        """1 / (1 - p), and 0 when p = 1 (everything dropped)."""
+        return 0.0 if self.dropout >= 1.0 else 1.0 / (1.0 - self.dropout)
+
+
+def dropout_desc(arg, argname: str = "dropoutDesc") -> DropoutDescriptor:
+    return resolve(arg, DropoutDescriptor, argname)
+
+
+def _check_probability(dropout) -> float:
+    try:
+        p = float(dropout)
+    except (TypeError, ValueError):
+        raise bad_param("dropout", f"must be a number, got {dropout!r}") from None
+    check(0.0 <= p <= 1.0, "dropout", f"must be a probability in [0, 1], got {p}")
+    return float(np.float32(p))  # the C argument is a float
+
+
+def _check_states_size(states, stateSizeInBytes):
+    if bg.is_null(states):
+        return None
+    check(int(stateSizeInBytes) >= STATES_SIZE, "stateSizeInBytes",
+          f"{stateSizeInBytes} is less than cudnnDropoutGetStatesSize() = {STATES_SIZE}", CUDNN_STATUS_INVALID_VALUE)
+    bg.check_buffer(states, "states", STATES_SIZE)
+    return states
+
+
+@legacy("cudnnCreateDropoutDescriptor")
+def createDropoutDescriptor() -> DropoutDescriptor:
+    return DropoutDescriptor()
+
+
+@legacy("cudnnDestroyDropoutDescriptor")
+def destroyDropoutDescriptor(dropoutDesc) -> None:
+    resolve(dropoutDesc, DropoutDescriptor, "dropoutDesc", need_set=False).destroy()
+
+
+@legacy("cudnnDropoutGetStatesSize")
+def dropoutGetStatesSize(handle) -> int:
+    get_handle(handle)
+    return STATES_SIZE
+
+
+def reserve_size(numel: int) -> int:
+    return -(-int(numel) // MASK_ALIGN) * MASK_ALIGN
+
+
+@legacy("cudnnDropoutGetReserveSpaceSize")
+def dropoutGetReserveSpaceSize(xDesc) -> int:
+    """One byte of mask per element, rounded up to 16 bytes."""
+    return reserve_size(math.prod(tensor_desc(xDesc, "xDesc").dims))
+
+
+def _words(value: int) -> list:
+    """Unsigned 64-bit value -> two int32 words (two's complement), lo first."""
+    out = []
+    for w in (value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF):
+        out.append(w - (1 << 32) if w >= (1 << 31) else w)
+    return out
+
+
+def write_states(handle, states, seed: int, offset: int = 0) -> None:
+    """Seed a states buffer (the cuRAND init of legacy cuDNN): one graph of four
+    IDENTITY ops, each writing one int32 word from a by-value scalar."""
+    def build():
+        b = bg.GraphBuilder("DropoutStatesInit", "float64")
+        for k in range(STATE_WORDS):
+            b.pw("IDENTITY", b.scalar(f"w{k}", "float64"), out=b.ext("states", k, (1,), (1,), "int32"))
+        return b
+    key = ("DropoutStatesInit",)
+    bound = bg.prepare(key, build)
+    words = _words(seed) + _words(offset)
+    bg.execute(handle, key, bound, {"states": states}, {f"w{k}": words[k] for k in range(STATE_WORDS)})
+
+
+@legacy("cudnnSetDropoutDescriptor")
+def setDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed) -> None:
+    """states NULL: only the probability is set; otherwise the states are seeded (offset 0)."""
+    d = resolve(dropoutDesc, DropoutDescriptor, "dropoutDesc", need_set=False)
+    h = get_handle(handle)
+    p = _check_probability(dropout)
+    states = _check_states_size(states, stateSizeInBytes)
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    if states is not None:
+        write_states(h, states, seed)
+    d.dropout, d.states, d.stateSizeInBytes, d.seed = p, states, int(stateSizeInBytes), seed
+    d.touched()
+
+
+@legacy("cudnnRestoreDropoutDescriptor")
+def restoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed) -> None:
+    """Re-attach states seeded earlier, without touching them (002: the seed is ignored)."""
+    d = resolve(dropoutDesc, DropoutDescriptor, "dropoutDesc", need_set=False)
+    get_handle(handle)
+    p = _check_probability(dropout)
+    states = _check_states_size(states, stateSizeInBytes)
+    d.dropout, d.states, d.stateSizeInBytes, d.seed = p, states, int(stateSizeInBytes), int(seed) & 0xFFFFFFFFFFFFFFFF
+    d.touched()
+
+
+@legacy("cudnnGetDropoutDescriptor")
+def getDropoutDescriptor(dropoutDesc, handle) -> tuple:
+    """(dropout, states, seed)"""
+    d = dropout_desc(dropoutDesc)
+    get_handle(handle)
+    return d.dropout, d.states, d.seed
+
+
+# -- graph pieces shared with the RNN family ------------------------------------------
+
+def rng_op(b: "bg.GraphBuilder", mask: Tensor, p: float, states_buf: str = "states") -> Tensor:
+    """Append the Rng op drawing ``mask`` from the states buffer and advancing its offset."""
+    seed = b.ext(states_buf, 0, (2,), (1,), "int32", "seed")
+    offset = b.ext(states_buf, 2, (2,), (1,), "int32", "offset")
+    offset_out = b.ext(states_buf, 2, (2,), (1,), "int32", "offset_out")
+    b.op("Rng", {"seed": seed, "offset": offset}, {"y": mask, "offset_out": offset_out},
+         {"distribution": "BERNOULLI", "drop_probability": float(p)})
+    return mask
+
+
+def require_states(d: DropoutDescriptor, argname: str = "dropoutDesc") -> None:
+    check(d.states is not None, argname,
+          "cudnnSetDropoutDescriptor was never called on it with a non-NULL states buffer")
+
+
+# -- forward and backward -----------------------------------------------------------------
+
+def _check_pair(ad, bd, a, b, an, bn):
+    """002 §3.2.34 BAD_PARAM rules for an (input, output) pair; returns flat dims or None."""
+    na, nb = math.prod(ad.dims), math.prod(bd.dims)
+    check(na == nb, bn, f"has {nb} elements but {an} has {na}; the element counts must be equal")
+    check(ad.dataType == bd.dataType, bn, "data type must equal the input's")
+    if ad.dtype not in ("float32", "float64", "float16", "bfloat16"):
+        raise not_supported(an, f"dropout supports floating-point data, not {ad.dtype}")
+    if bg.address(a) == bg.address(b):
+        check(ad.strides == bd.strides, bn, "strides must equal the input's when the operation is in place (x == y)")
+    if ad.dims == bd.dims:
+        return None
+    packed = all(tuple(d.strides) == packed_strides(d.dims) for d in (ad, bd))
+    if not packed:
+        raise not_supported(bn, f"dims {bd.dims} differ from {an}'s {ad.dims}; that needs both tensors fully packed")
+    return (na,)
+
+
+def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceSizeInBytes, forward: bool):
+    flat = _check_pair(ad, bd, a, bout, an, bn)
+    dims = bd.dims if flat is None else flat
+    need = reserve_size(math.prod(dims))
+    check(int(reserveSpaceSizeInBytes) >= need, "reserveSpaceSizeInBytes",
+          f"{reserveSpaceSizeInBytes} is less than cudnnDropoutGetReserveSpaceSize() = {need}")
+    bg.check_buffer(reserveSpace, "reserveSpace", need)
+    require_states(d)
+    if forward:
+        bg.check_buffer(d.states, "dropoutDesc.states", STATES_SIZE)
+
+    def build():
+        b = bg.GraphBuilder(name, "float64" if bd.dtype == "float64" else "float32")
+        src = b.ext(an, 0, dims if flat else ad.dims, None if flat else ad.strides, ad.dtype)
+        dst = b.ext(bn, 0, dims if flat else bd.dims, None if flat else bd.strides, bd.dtype)
+        mask = b.ext("reserveSpace", 0, dims, None, "uint8", "mask")
+        if forward:
+            rng_op(b, mask, d.dropout)
+        b.pw("MUL", src, mask, out=dst, alpha1=b.scalar("scale"))
+        return b
+
+    key = (name, ad.key(), bd.key(), d.dropout if forward else None)
+    bound = bg.prepare(key, build)
+    buffers = {an: a, bn: bout, "reserveSpace": reserveSpace, "states": d.states}
+    bg.execute(h, key, bound, buffers, {"scale": d.scale})
+
+
+@legacy("cudnnDropoutForward")
+def dropoutForward(handle, dropoutDesc, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes) -> None:
+    h = get_handle(handle)
+    d = dropout_desc(dropoutDesc)
+    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+    _run_masked(h, "DropoutForward", d, xd, x, "x", yd, y, "y", reserveSpace, reserveSpaceSizeInBytes, True)
+
+
+@legacy("cudnnDropoutBackward")
+def dropoutBackward(handle, dropoutDesc, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes) -> None:
+    h = get_handle(handle)
+    d = dropout_desc(dropoutDesc)
+    dyd, dxd = tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
+    _run_masked(h, "DropoutBackward", d, dyd, dy, "dy", dxd, dx, "dx", reserveSpace, reserveSpaceSizeInBytes, False)

@@ -1,0 +1,91 @@
+"""Softmax forward and backward (002 §3.2.96 cudnnSoftmaxForward, §4.1.19 cudnnSoftmaxBackward,
+§3.1.2.25 cudnnSoftmaxAlgorithm_t, §3.1.2.26 cudnnSoftmaxMode_t), each one graph
+Softmax / SoftmaxBackward op.
+
+Algorithms: FAST (straight exp/sum), ACCURATE (max subtracted first), LOG (log-softmax).
+Modes: INSTANCE reduces over every dim but N (C, H, W... per image), CHANNEL over C only
+(per n, h, w...).  Backward takes the forward output y and dy; for LOG, y is the log-softmax.
+"""
+from __future__ import annotations
+
+from _backend.ir import OperationGraph
+from ._call import ALPHA, BETA, blended, run
+from ._data import same_buffer, scalar
+from ._registry import legacy
+from .activation import require_dtype, require_spatial_packed
+from .enums import ENUMS, is_valid
+from .errors import check
+from .handle import get_handle
+from .tensor import tensor_desc
+
+ALGORITHMS = {v: k[len("CUDNN_SOFTMAX_"):] for k, v in ENUMS["cudnnSoftmaxAlgorithm_t"].items()}  # -> FAST, ACCURATE, LOG
+MODE_AXES = {  # cudnnSoftmaxMode_t -> dims reduced, given the rank
+    ENUMS["cudnnSoftmaxMode_t"]["CUDNN_SOFTMAX_MODE_INSTANCE"]: lambda nd: tuple(range(1, nd)),
+    ENUMS["cudnnSoftmaxMode_t"]["CUDNN_SOFTMAX_MODE_CHANNEL"]: lambda nd: (1,),
+}
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+X, Y, DY, DX = 1, 2, 3, 4  # uids
+
+
+def _settings(algorithm, mode) -> tuple:
+    """(algorithm name, axes function); BAD_PARAM for an invalid enumerant."""
+    check(is_valid("cudnnSoftmaxAlgorithm_t", algorithm), "algorithm", f"{algorithm!r} is not a cudnnSoftmaxAlgorithm_t")
+    check(is_valid("cudnnSoftmaxMode_t", mode), "mode", f"{mode!r} is not a cudnnSoftmaxMode_t")
+    return ALGORITHMS[int(algorithm)], MODE_AXES[int(mode)]
+
+
+def _supported(desc, argname: str) -> None:
+    require_dtype(desc, argname, DTYPES)
+    require_spatial_packed(desc, argname)
+
+
+@legacy("cudnnSoftmaxForward")
+def softmaxForward(handle, algorithm, mode, alpha, xDesc, x, beta, yDesc, y) -> None:
+    """y = alpha*softmax(x) + beta*y (002 §3.2.96).  BAD_PARAM: x/y dims or data type differ,
+    invalid algorithm or mode."""
+    h = get_handle(handle)
+    algo, axes = _settings(algorithm, mode)
+    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+    check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
+    check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
+    check(not same_buffer(x, y) or xd.strides == yd.strides, "yDesc",
+          f"in-place (x == y) needs equal strides (x {xd.strides}, y {yd.strides})")
+    _supported(xd, "xDesc")
+    _supported(yd, "yDesc")
+    dbl = xd.dtype == "float64"
+    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
+    attrs = {"algorithm": algo, "axes": axes(xd.nbDims)}
+
+    def build():
+        return OperationGraph(blended("Softmax", {"x": xd.ir(X, "x")}, "y", yd.ir(Y, "y"), b == 0, attrs), "SoftmaxForward")
+
+    run(h, ("SoftmaxForward", algo, attrs["axes"], xd.key(), yd.key(), b == 0), build,
+        {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+
+
+@legacy("cudnnSoftmaxBackward")
+def softmaxBackward(handle, algorithm, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx) -> None:
+    """dx = alpha*softmax'(y)·dy + beta*dx (002 §4.1.19).  BAD_PARAM: dims of y, dy, dx differ;
+    y/dy strides differ; data types differ; in-place (dy == dx) with different strides;
+    invalid algorithm or mode."""
+    h = get_handle(handle)
+    algo, axes = _settings(algorithm, mode)
+    yd, dyd, dxd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
+    for name, t in (("dyDesc", dyd), ("dxDesc", dxd)):
+        check(t.dims == yd.dims, name, f"dims {t.dims} must equal yDesc's {yd.dims}")
+        check(t.dataType == yd.dataType, name, "data type must equal yDesc's")
+    check(dyd.strides == yd.strides, "dyDesc", f"strides {dyd.strides} must equal yDesc's {yd.strides}")
+    check(not same_buffer(dy, dx) or dyd.strides == dxd.strides, "dxDesc",
+          f"in-place (dy == dx) needs equal strides (dy {dyd.strides}, dx {dxd.strides})")
+    for name, t in (("yDesc", yd), ("dxDesc", dxd)):
+        _supported(t, name)
+    dbl = yd.dtype == "float64"
+    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
+    attrs = {"algorithm": algo, "axes": axes(yd.nbDims)}
+
+    def build():
+        ins = {"y": yd.ir(Y, "y"), "dy": dyd.ir(DY, "dy")}
+        return OperationGraph(blended("SoftmaxBackward", ins, "dx", dxd.ir(DX, "dx"), b == 0, attrs), "SoftmaxBackward")
+
+    run(h, ("SoftmaxBackward", algo, attrs["axes"], yd.key(), dyd.key(), dxd.key(), b == 0), build,
+        {Y: (y, "y"), DY: (dy, "dy"), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
