@@ -32,4 +32,4 @@ def broadcastable(src: tuple, dst: tuple) -> bool:
     return len(src) == len(dst) and all(s == d or s == 1 for s, d in zip(src, dst))
 
 
-from . import validate_tensor, validate_conv, validate_ops, validate_pool_norm, validate_rnn  # noqa: E402,F401  (registration)
+from . import validate_tensor, validate_conv, validate_ops, validate_pool_norm, validate_rnn, validate_adv  # noqa: E402,F401  (registration)

@@ -1,5 +1,6 @@
-"""Rules for Pointwise, Reduction and Matmul ops (002 §3.2.2 AddTensor, §3.2.76 OpTensor,
-§3.2.81 ReduceTensor; ch. 9 POINTWISE/REDUCTION/MATMUL descriptors)."""
+"""Rules for Pointwise, Reduction and Matmul ops (002 §3.2.2 AddTensor, §3.2.68 OpTensor,
+§3.2.71 ReduceTensor, §3.2.100 TransformTensor; ch. 9 POINTWISE/REDUCTION/MATMUL descriptors).
+Semantics of each kind: docs/graph_ops.md."""
 from __future__ import annotations
 
 from .validate import broadcastable, fail, rule
@@ -19,8 +20,15 @@ POINTWISE_BINARY = {
 REDUCTION_MODES = {"ADD", "MUL", "MIN", "MAX", "AMAX", "AVG", "NORM1", "NORM2", "MUL_NO_ZEROS"}
 
 
+NAN_PROPAGATION = {"PROPAGATE", "NOT_PROPAGATE"}
+INDEX_MODES = {"MIN", "MAX", "AMAX"}
+
+
 @rule("Pointwise")
 def _pointwise(i, op):
+    """y = mode(alpha1*x [, alpha2*b]); x and b broadcast to y.  attrs: ``mode`` (POINTWISE_UNARY
+    or POINTWISE_BINARY), ``nan_propagation`` (MIN/MAX/RELU; default PROPAGATE), and per mode
+    ``relu_lower_clip``, ``relu_upper_clip``, ``elu_alpha``, ``softplus_beta``, ``swish_beta``."""
     mode = op.attrs.get("mode")
     y = op.outputs["y"]
     if mode in POINTWISE_BINARY:
@@ -36,21 +44,35 @@ def _pointwise(i, op):
         t = op.inputs.get(role)
         if t is not None and not t.is_by_value:
             fail(i, op, "POINTWISE_ALPHA", f"{role} must be a by-value scalar")
+    if op.attrs.get("nan_propagation", "PROPAGATE") not in NAN_PROPAGATION:
+        fail(i, op, "POINTWISE_NAN_PROPAGATION", f"nan_propagation must be one of {sorted(NAN_PROPAGATION)}")
 
 
 @rule("Reduction")
 def _reduction(i, op):
+    """y = mode over the dims where y is 1 and x is not.  attrs: ``mode`` (REDUCTION_MODES),
+    ``nan_propagation`` (default NOT_PROPAGATE).  The optional ``indices`` output (int32, y's
+    dims) exists for MIN, MAX and AMAX only."""
     x, y = op.inputs["x"], op.outputs["y"]
     if op.attrs.get("mode") not in REDUCTION_MODES:
         fail(i, op, "REDUCTION_MODE", f"unknown reduction mode {op.attrs.get('mode')!r}", "NOT_SUPPORTED")
     if not broadcastable(y.dims, x.dims):
         fail(i, op, "REDUCTION_DIMS", f"y dims {y.dims} must equal x dims {x.dims} or be 1")
-    if "indices" in op.outputs and op.outputs["indices"].dims != y.dims:
-        fail(i, op, "REDUCTION_INDICES", "indices must have the dims of y")
+    if op.attrs.get("nan_propagation", "NOT_PROPAGATE") not in NAN_PROPAGATION:
+        fail(i, op, "REDUCTION_NAN_PROPAGATION", f"nan_propagation must be one of {sorted(NAN_PROPAGATION)}")
+    idx = op.outputs.get("indices")
+    if idx is not None:
+        if idx.dims != y.dims:
+            fail(i, op, "REDUCTION_INDICES", "indices must have the dims of y")
+        if op.attrs.get("mode") not in INDEX_MODES:
+            fail(i, op, "REDUCTION_INDICES", f"indices exist for {sorted(INDEX_MODES)} only", "NOT_SUPPORTED")
+        if idx.dtype != "int32":
+            fail(i, op, "REDUCTION_INDICES", f"indices are int32, not {idx.dtype}", "NOT_SUPPORTED")
 
 
 @rule("Matmul")
 def _matmul(i, op):
+    """c = a @ b over the last two dims; batch dims of a and b broadcast to c's.  No attrs."""
     a, b, c = op.inputs["a"], op.inputs["b"], op.outputs["c"]
     if not (a.ndim == b.ndim == c.ndim and a.ndim >= 2):
         fail(i, op, "MATMUL_RANK", "a, b and c must have the same rank >= 2")

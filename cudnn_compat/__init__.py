@@ -18,7 +18,8 @@ from .errors import STATUS, CuDNNError, getErrorString  # noqa: F401
 __version__ = "0.1.0"
 
 # Family modules register their functions with ``_registry.legacy`` on import.
-_FAMILIES = ["handle", "tensor", "tensor_ops", "cnn", "activation", "softmax", "pooling", "lrn", "batchnorm", "dropout", "rnn"]
+_FAMILIES = ["handle", "tensor", "tensor_ops", "cnn", "activation", "softmax", "pooling", "lrn", "batchnorm", "dropout", "rnn", "attention", "ctc", "spatial",
+             "normalization", "fused_ops", "transform", "algorithm", "misc", "conv_legacy"]
 for _m in _FAMILIES:
     try:
         importlib.import_module(f"{__name__}.{_m}")

@@ -154,18 +154,22 @@ def _eps():
     return scalar_tensor(EPS, "float64", "epsilon")
 
 
-def _training_graph(mode, xd, pd, yd, running, saved, beta_zero, zd=None, act_attrs=None, name="BatchNormForwardTraining"):
+def _training_graph(mode, xd, pd, yd, running, saved, beta_zero, zd=None, act_attrs=None, name="BatchNormForwardTraining",
+                    md=None):
+    """``md``: the descriptor of the running and saved statistics when it is not ``pd``
+    (cudnnNormalization* pass normMeanVarDesc apart from normScaleBiasDesc)."""
+    md = pd if md is None else md
     x = xd.ir(X, "x")
     ct = compute_dtype(xd.dtype)
     ins = {"x": x, "scale": pd.ir(SCALE, "bnScale"), "bias": pd.ir(BIAS, "bnBias"), "epsilon": _eps()}
     cur = virtual(8001, xd.dims, ct, "bn")
     outs = {"y": cur}
     if running:
-        rm, rv = pd.ir(RMEAN, "resultRunningMean"), pd.ir(RVAR, "resultRunningVariance")
+        rm, rv = md.ir(RMEAN, "resultRunningMean"), md.ir(RVAR, "resultRunningVariance")
         ins.update(running_mean=_prior(rm), running_var=_prior(rv), exp_avg_factor=scalar_tensor(FACTOR, "float64", "factor"))
         outs.update(next_running_mean=rm, next_running_var=rv)
     if saved:
-        outs.update(saved_mean=pd.ir(SMEAN, "resultSaveMean"), saved_inv_variance=pd.ir(SINV, "resultSaveInvVariance"))
+        outs.update(saved_mean=md.ir(SMEAN, "resultSaveMean"), saved_inv_variance=md.ir(SINV, "resultSaveInvVariance"))
     ops = [Operation("NormForward", ins, outs, {"phase": "TRAINING", "axes": axes(mode, xd.nbDims)})]
     if zd is not None:
         nxt = virtual(8002, xd.dims, ct, "bn_plus_z")
@@ -180,8 +184,10 @@ def _training_graph(mode, xd, pd, yd, running, saved, beta_zero, zd=None, act_at
 
 
 def _backward_graph(mode, xd, dyd, dxd, pd, saved, beta_zero_data, beta_zero_param, yd=None, dzd=None,
-                    act_bwd=None, name="BatchNormBackward"):
-    """[activation backward through y] [-> dz], NormBackward, blends of dx, dscale, dbias."""
+                    act_bwd=None, name="BatchNormBackward", md=None):
+    """[activation backward through y] [-> dz], NormBackward, blends of dx, dscale, dbias.
+    ``md``: the descriptor of savedMean/savedInvVariance when it is not ``pd``."""
+    md = pd if md is None else md
     ct, pt = compute_dtype(xd.dtype), pd.dtype
     dy = dyd.ir(DY, "dy")
     ops = []
@@ -193,13 +199,29 @@ def _backward_graph(mode, xd, dyd, dxd, pd, saved, beta_zero_data, beta_zero_par
         ops.append(blend(dy, dzd.ir(DZ, "dz"), beta_zero_data))
     ins = {"x": xd.ir(X, "x"), "dy": dy, "scale": pd.ir(SCALE, "bnScale"), "epsilon": _eps()}
     if saved:
-        ins.update(saved_mean=pd.ir(MEAN, "savedMean"), saved_inv_variance=pd.ir(VAR, "savedInvVariance"))
+        ins.update(saved_mean=md.ir(MEAN, "savedMean"), saved_inv_variance=md.ir(VAR, "savedInvVariance"))
     vdx, vds, vdb = virtual(8002, xd.dims, ct, "dx"), virtual(8003, pd.dims, pt, "dscale"), virtual(8004, pd.dims, pt, "dbias")
     ops.append(Operation("NormBackward", ins, {"dx": vdx, "dscale": vds, "dbias": vdb}, {"axes": axes(mode, xd.nbDims)}))
     ops.append(blend(vdx, dxd.ir(DX, "dx"), beta_zero_data))
     ops.append(blend(vds, pd.ir(DSCALE, "resultBnScaleDiff"), beta_zero_param, ALPHA_P, BETA_P))
     ops.append(blend(vdb, pd.ir(DBIAS, "resultBnBiasDiff"), beta_zero_param, ALPHA_P, BETA_P))
     return OperationGraph(ops, name)
+
+
+def _inference_graph(mode, xd, pd, yd, beta_zero, md=None, name="BatchNormForwardInference"):
+    """inv = rsqrt(var + eps); NormForward INFERENCE; blend into y.  ``md``: the descriptor of
+    the estimated mean and variance when it is not ``pd``."""
+    md = pd if md is None else md
+    var, pt = md.ir(VAR, "estimatedVariance"), md.dtype
+    shifted, inv = virtual(8002, md.dims, pt, "var_plus_eps"), virtual(8003, md.dims, pt, "inv_std")
+    ybn = virtual(8001, xd.dims, compute_dtype(xd.dtype), "bn")
+    ins = {"x": xd.ir(X, "x"), "scale": pd.ir(SCALE, "bnScale"), "bias": pd.ir(BIAS, "bnBias"),
+           "mean": md.ir(MEAN, "estimatedMean"), "inv_variance": inv}
+    return OperationGraph([
+        Operation("Pointwise", {"x": var, "b": _eps()}, {"y": shifted}, {"mode": "ADD"}),
+        Operation("Pointwise", {"x": shifted}, {"y": inv}, {"mode": "RSQRT"}),
+        Operation("NormForward", ins, {"y": ybn}, {"phase": "INFERENCE", "axes": axes(mode, xd.nbDims)}),
+        blend(ybn, yd.ir(Y, "y"), beta_zero)], name)
 
 
 # -- derived descriptor --------------------------------------------------------------
@@ -240,16 +262,7 @@ def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDes
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
     def build():
-        var, pt = pd.ir(VAR, "estimatedVariance"), pd.dtype
-        shifted, inv = virtual(8002, pd.dims, pt, "var_plus_eps"), virtual(8003, pd.dims, pt, "inv_std")
-        ybn = virtual(8001, xd.dims, compute_dtype(xd.dtype), "bn")
-        ins = {"x": xd.ir(X, "x"), "scale": pd.ir(SCALE, "bnScale"), "bias": pd.ir(BIAS, "bnBias"),
-               "mean": pd.ir(MEAN, "estimatedMean"), "inv_variance": inv}
-        return OperationGraph([
-            Operation("Pointwise", {"x": var, "b": _eps()}, {"y": shifted}, {"mode": "ADD"}),
-            Operation("Pointwise", {"x": shifted}, {"y": inv}, {"mode": "RSQRT"}),
-            Operation("NormForward", ins, {"y": ybn}, {"phase": "INFERENCE", "axes": axes(mode, xd.nbDims)}),
-            blend(ybn, yd.ir(Y, "y"), b == 0)], "BatchNormForwardInference")
+        return _inference_graph(mode, xd, pd, yd, b == 0)
 
     run(h, ("BatchNormForwardInference", int(mode), xd.key(), yd.key(), pd.key(), b == 0), build,
         {X: (x, "x"), Y: (y, "y"), SCALE: (bnScale, "bnScale"), BIAS: (bnBias, "bnBias"),

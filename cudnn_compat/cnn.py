@@ -494,6 +494,13 @@ def _candidates(h, call: ConvCall):
             yield name, values[name], math, why
 
 
+def _need(h, call: ConvCall, name: str, math: int) -> tuple:
+    """(workspace bytes a call with ``name``/``math`` may need, whatever its beta, the beta == 0 plan):
+    both blend variants are planned, so a caller who allocates this much can pass any beta."""
+    plans = [_call.plan_for(h, call.key(name, math, bz), call.builder(name, math, bz)) for bz in (True, False)]
+    return max(int(p.workspace_size) for p in plans), plans[0]
+
+
 def _determinism(dr: Direction, name: str, plan=None) -> int:
     """The plan's own note when there is a plan (the engine that runs it knows), else 002's table."""
     if plan is not None:
@@ -512,8 +519,8 @@ def _get_v7(dr: Direction, handle, first_desc, second_desc, convDesc, out_desc, 
         if why:
             bad.append(CuDNNAlgoPerf(value, NOT_SUPPORTED, -1.0, 0, _determinism(dr, name), math))
             continue
-        plan = _call.plan_for(h, call.key(name, math, True), call.builder(name, math, True))
-        good.append(CuDNNAlgoPerf(value, SUCCESS, -1.0, plan.workspace_size, _determinism(dr, name, plan), math))
+        need, plan = _need(h, call, name, math)
+        good.append(CuDNNAlgoPerf(value, SUCCESS, -1.0, need, _determinism(dr, name, plan), math))
     return (good + bad)[:n]
 
 
@@ -543,8 +550,7 @@ def _find(dr: Direction, h, call: ConvCall, n: int, datas, workspace=None, works
             bad.append(CuDNNAlgoPerf(value, NOT_SUPPORTED, -1.0, 0, _determinism(dr, name), math))
             continue
         key, build = call.key(name, math, True), call.builder(name, math, True)
-        plan = _call.plan_for(h, key, build)
-        need = plan.workspace_size
+        need, plan = _need(h, call, name, math)
         if workspace_size is not None and need > workspace_size:
             bad.append(CuDNNAlgoPerf(value, ALLOC_FAILED, -1.0, need, _determinism(dr, name, plan), math))
             continue
@@ -584,12 +590,11 @@ def _find_ex(dr: Direction, handle, first_desc, first, second_desc, second, conv
 
 
 def _workspace_size(dr: Direction, handle, first_desc, second_desc, convDesc, out_desc, algo) -> int:
-    """Bytes of workspace the plan for ``algo`` needs (its beta == 0 variant)."""
+    """Bytes of workspace the plans for ``algo`` need (beta zero or not)."""
     h = get_handle(handle)
     call = _conv_call(dr, first_desc, second_desc, out_desc, convDesc)
     name = _algo(dr, algo, call)
-    math = call.cd.mathType
-    return int(_call.plan_for(h, call.key(name, math, True), call.builder(name, math, True)).workspace_size)
+    return _need(h, call, name, call.cd.mathType)[0]
 
 
 @legacy("cudnnGetConvolutionForwardAlgorithmMaxCount")

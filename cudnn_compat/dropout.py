@@ -11,9 +11,10 @@ buffer, as cuRAND's did, so RestoreDropoutDescriptor re-attaches it without re-s
     states (int32 words):  [0] seed lo  [1] seed hi  [2] offset lo  [3] offset hi
     (offset = Philox blocks of 4 words consumed so far; each forward advances it)
 
-Forward: y = x * mask / (1 - p) (y = 0 when p = 1), mask = 1 where kept; the mask is kept
-in reserveSpace as one uint8 per element in the logical (row-major N, C, ...) order of the
-tensor, whatever its strides.  Backward: dx = dy * mask / (1 - p).
+Forward: y = x * mask * scale with mask = 1 where kept and scale = 1 / (1 - p) computed in
+float32 (0 when p = 1).  The mask is kept in reserveSpace, one uint8 per element in the
+logical (row-major N, C, ...) order of the tensor, whatever its strides; element i of that
+order uses Philox block offset + i // 4, lane i % 4.  Backward: dx = dy * mask * scale.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 from _backend.ir import Tensor, packed_strides
 from . import _bound_graph as bg
 from ._descriptor import Descriptor, resolve
-from ._registry import legacy
+from ._registry import CUPY_NAMES, legacy
 from .errors import CUDNN_STATUS_INVALID_VALUE, bad_param, check, not_supported  # noqa: F401
 from .handle import get_handle
 from .tensor import tensor_desc
@@ -51,8 +52,11 @@ class DropoutDescriptor(Descriptor):
 
     @property
     def scale(self) -> float:
-        """1 / (1 - p), and 0 when p = 1 (everything dropped)."""
-        return 0.0 if self.dropout >= 1.0 else 1.0 / (1.0 - self.dropout)
+        """1 / (1 - p) in float32 arithmetic (p is a C float), and 0 when p = 1 (all dropped)."""
+        if self.dropout >= 1.0:
+            return 0.0
+        one = np.float32(1.0)
+        return float(one / (one - np.float32(self.dropout)))
 
 
 def dropout_desc(arg, argname: str = "dropoutDesc") -> DropoutDescriptor:
@@ -97,10 +101,14 @@ def reserve_size(numel: int) -> int:
     return -(-int(numel) // MASK_ALIGN) * MASK_ALIGN
 
 
-@legacy("cudnnDropoutGetReserveSpaceSize")
+@legacy("cudnnDropoutGetReserveSpaceSize", cupy="getDropoutReserveSpaceSize")
 def dropoutGetReserveSpaceSize(xDesc) -> int:
-    """One byte of mask per element, rounded up to 16 bytes."""
+    """One byte of mask per element, rounded up to 16 bytes (CuPy 13 spelled it
+    getDropoutReserveSpaceSize; dropoutGetReserveSpaceSize works too)."""
     return reserve_size(math.prod(tensor_desc(xDesc, "xDesc").dims))
+
+
+CUPY_NAMES.setdefault("dropoutGetReserveSpaceSize", "cudnnDropoutGetReserveSpaceSize")
 
 
 def _words(value: int) -> list:

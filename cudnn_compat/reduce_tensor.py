@@ -209,12 +209,12 @@ def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspac
     dbl = cd.dtype == "float64"
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
     beta_zero = b == 0
-    ws_need = _workspace_need(h, rd, ad, cd)
+    key, build = _key(rd, ad, cd, beta_zero), _builder(rd, ad, cd, beta_zero)
+    ws_need = plan_for(h, key, build).workspace_size  # the plan run() takes from the cache next
     ws_have = 0 if workspace is None or (isinstance(workspace, int) and workspace == 0) else int(workspaceSizeInBytes)
     check(ws_have >= ws_need, "workspaceSizeInBytes", f"the reduction needs {ws_need} bytes of workspace, {ws_have} were given",
           CUDNN_STATUS_INVALID_VALUE)
     tensors = {A_UID: (A, "A"), C_UID: (C, "C")}
     if _with_indices(rd):
         tensors[I_UID] = (indices, "indices")
-    run(h, _key(rd, ad, cd, beta_zero), _builder(rd, ad, cd, beta_zero), tensors, {ALPHA: a, BETA: b},
-        workspace, ws_have)
+    run(h, key, build, tensors, {ALPHA: a, BETA: b}, workspace, ws_have)

@@ -328,26 +328,26 @@ def _set_clip(d, clipMode, clipNanOpt, lclip, rclip):
     d.touched()
 
 
-@legacy("cudnnRNNSetClip_v8")
+@legacy("cudnnRNNSetClip_v8", cupy="RNNSetClip_v8")
 def RNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip) -> None:
     """LSTM cell clipping to [lclip, rclip] (002 §7.2.42); other cell types ignore it."""
     _set_clip(rnn_desc(rnnDesc), clipMode, clipNanOpt, lclip, rclip)
 
 
-@legacy("cudnnRNNSetClip")
+@legacy("cudnnRNNSetClip", cupy="RNNSetClip")
 def RNNSetClip(handle, rnnDesc, clipMode, clipNanOpt, lclip, rclip) -> None:
     get_handle(handle)
     _set_clip(rnn_desc(rnnDesc), clipMode, clipNanOpt, lclip, rclip)
 
 
-@legacy("cudnnRNNGetClip_v8")
+@legacy("cudnnRNNGetClip_v8", cupy="RNNGetClip_v8")
 def RNNGetClip_v8(rnnDesc) -> tuple:
     """(clipMode, clipNanOpt, lclip, rclip)"""
     d = rnn_desc(rnnDesc)
     return d.clipMode, d.clipNanOpt, d.lclip, d.rclip
 
 
-@legacy("cudnnRNNGetClip")
+@legacy("cudnnRNNGetClip", cupy="RNNGetClip")
 def RNNGetClip(handle, rnnDesc) -> tuple:
     get_handle(handle)
     return RNNGetClip_v8(rnnDesc)
@@ -448,3 +448,16 @@ def getRNNDataDescriptor(RNNDataDesc, arrayLengthRequested) -> tuple:
     check(int(arrayLengthRequested) >= 0, "arrayLengthRequested", "must not be negative")
     return (d.dataType, d.layout, d.maxSeqLength, d.batchSize, d.vectorSize,
             list(d.seqLengthArray[:int(arrayLengthRequested)]), d.paddingFill)
+
+
+def check_call_types(d, dataType, inputSize, argname) -> None:
+    """A call's data type and input size against the descriptor (v6 descriptors leave them open)."""
+    if d.api == "v8":
+        check(dataType == d.dataType, argname, f"data type {name_of('cudnnDataType_t', dataType)} must be the RNN "
+              f"descriptor's {name_of('cudnnDataType_t', d.dataType)}")
+        check(inputSize == d.inputSize, argname, f"vector size {inputSize} must equal inputSize {d.inputSize}")
+    else:
+        _check_math_prec(dataType, d.mathPrec, "rnnDesc.mathPrec")
+        if d.inputMode == E["CUDNN_SKIP_INPUT"]:
+            check(inputSize == d.hiddenSize, argname, f"vector size {inputSize} must equal hiddenSize {d.hiddenSize} "
+                  "with CUDNN_SKIP_INPUT")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from _backend.ir import Operation, scalar as scalar_tensor
 from ._call import ALPHA, BETA, blend, compute_dtype, run
 from ._data import same_buffer, scalar
-from ._registry import legacy
+from ._registry import CUPY_NAMES, legacy
 from .errors import check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
@@ -87,5 +87,8 @@ def transformTensor(handle, alpha, xDesc, x, beta, yDesc, y) -> None:
 
     run(h, ("TransformTensor", xd.key(), yd.key(), b == 0), build, {A: (x, "x"), C: (y, "y")}, {ALPHA: a, BETA: b})
 
+
+# CuPy 13 spelled cudnnAddTensor as addTensor_v3 (the plain name works too).
+CUPY_NAMES["addTensor_v3"] = "cudnnAddTensor"
 
 from . import op_tensor, reduce_tensor  # noqa: E402,F401  (registration of the rest of the family)

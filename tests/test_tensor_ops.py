@@ -595,3 +595,91 @@ def test_transform_tensor_errors_write_nothing(handle):
     for xd, yd, xx, yy, status in cases:
         assert status_of(cc.transformTensor, handle, 1.0, xd, xx, 0.0, yd, yy) == status
         assert np.all(y == 5.0)
+
+
+# -- GPU: each GPU engine against the CPU reference and the real libcudnn ----------------------
+
+def _libcudnn():
+    """(ctypes lib, handle pointer) of the real libcudnn, or skip."""
+    import ctypes
+    try:
+        from _backend import legacy_cudnn as L
+        lib = L.load()
+    except Exception as e:  # no libcudnn 9 here
+        pytest.skip(f"real libcudnn not loadable: {e}")
+    h = ctypes.c_void_p()
+    assert lib.cudnnCreate(ctypes.byref(h)) == 0
+    return lib, h
+
+
+def _real_tensor(lib, shape, dt=F, strides=None):
+    import ctypes
+    d = ctypes.c_void_p()
+    assert lib.cudnnCreateTensorDescriptor(ctypes.byref(d)) == 0
+    strides = strides or [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
+    n = len(shape)
+    assert lib.cudnnSetTensorNdDescriptor(d, dt, n, (ctypes.c_int * n)(*shape), (ctypes.c_int * n)(*strides)) == 0
+    return d
+
+
+@pytest.mark.gpu
+def test_gpu_tensor_ops_match_reference_and_libcudnn(rng):
+    import ctypes
+    import cupy
+    lib, rh = _libcudnn()
+    V, fl = ctypes.c_void_p, lambda v: ctypes.byref(ctypes.c_float(v))
+    gh, ch = cc.create("gpu"), cc.create("cpu")
+    shape, bshape = (2, 3, 4, 5), (1, 3, 1, 5)
+    A = rng.uniform(-2, 2, shape).astype(np.float32)
+    B = rng.uniform(-2, 2, bshape).astype(np.float32)
+    C0 = rng.standard_normal(shape).astype(np.float32)
+    ad, bd = tdesc(shape), tdesc(bshape)
+    for op in sorted(OPS):
+        o = op_desc(op, nan=cc.CUDNN_PROPAGATE_NAN)
+        Cg, Cc = cupy.asarray(C0), C0.copy()
+        cc.opTensor(gh, o, 1.5, ad, cupy.asarray(A), -0.5, bd, cupy.asarray(B), 0.25, ad, Cg)
+        cc.opTensor(ch, o, 1.5, ad, A, -0.5, bd, B, 0.25, ad, Cc)
+        ro = V()
+        assert lib.cudnnCreateOpTensorDescriptor(ctypes.byref(ro)) == 0
+        assert lib.cudnnSetOpTensorDescriptor(ro, op, F, cc.CUDNN_PROPAGATE_NAN) == 0
+        Ar, Br, Cr = cupy.asarray(A), cupy.asarray(B), cupy.asarray(C0)
+        assert lib.cudnnOpTensor(rh, ro, fl(1.5), _real_tensor(lib, shape), V(Ar.data.ptr), fl(-0.5),
+                                 _real_tensor(lib, bshape), V(Br.data.ptr), fl(0.25), _real_tensor(lib, shape), V(Cr.data.ptr)) == 0
+        cupy.cuda.runtime.deviceSynchronize()
+        np.testing.assert_allclose(Cg.get(), Cc, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"op {op} ({cc.last_engine()})")
+        np.testing.assert_allclose(Cr.get(), Cc, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"op {op} vs libcudnn")
+    for op in sorted(RED):
+        flat = cc.CUDNN_REDUCE_TENSOR_FLATTENED_INDICES if op in CHOOSE else cc.CUDNN_REDUCE_TENSOR_NO_INDICES
+        r = red_desc(op, indices=flat)
+        cshape = (1, 3, 1, 5)
+        n = int(np.prod(cshape))
+        Cg, Ig = cupy.zeros(cshape, np.float32), cupy.zeros(n, np.uint32)
+        Cc, Ic = np.zeros(cshape, np.float32), np.zeros(n, np.uint32)
+        for h, Cx, Ix, Ax in ((gh, Cg, Ig, cupy.asarray(A)), (ch, Cc, Ic, A)):
+            ws = cc.getReductionWorkspaceSize(h, r, ad, tdesc(cshape))
+            buf = (cupy if h is gh else np).zeros(max(ws, 1), np.uint8)
+            cc.reduceTensor(h, r, Ix, 4 * n, buf, ws, 2.0, ad, Ax, 0.0, tdesc(cshape), Cx)
+        rr = V()
+        assert lib.cudnnCreateReduceTensorDescriptor(ctypes.byref(rr)) == 0
+        assert lib.cudnnSetReduceTensorDescriptor(rr, op, F, 0, flat, 0) == 0
+        rsz, wsz = ctypes.c_size_t(), ctypes.c_size_t()
+        ra, rc = _real_tensor(lib, shape), _real_tensor(lib, cshape)
+        assert lib.cudnnGetReductionIndicesSize(rh, rr, ra, rc, ctypes.byref(rsz)) == 0
+        assert lib.cudnnGetReductionWorkspaceSize(rh, rr, ra, rc, ctypes.byref(wsz)) == 0
+        Ir, Wr, Cr, Ar = cupy.zeros(max(rsz.value, 4), np.uint8), cupy.zeros(max(wsz.value, 4), np.uint8), cupy.zeros(cshape, np.float32), cupy.asarray(A)
+        assert lib.cudnnReduceTensor(rh, rr, V(Ir.data.ptr), ctypes.c_size_t(rsz.value), V(Wr.data.ptr), ctypes.c_size_t(wsz.value),
+                                     fl(2.0), ra, V(Ar.data.ptr), fl(0.0), rc, V(Cr.data.ptr)) == 0
+        cupy.cuda.runtime.deviceSynchronize()
+        np.testing.assert_allclose(Cg.get(), Cc, rtol=1e-5, atol=1e-5, err_msg=f"reduce {op} ({cc.last_engine()})")
+        np.testing.assert_allclose(Cr.get(), Cc, rtol=1e-5, atol=1e-5, err_msg=f"reduce {op} vs libcudnn")
+        if op in CHOOSE:
+            np.testing.assert_array_equal(Ig.get(), Ic)
+            np.testing.assert_array_equal(Ir.get()[:4 * n].view(np.uint32), Ic)
+    Yg, Yc = cupy.zeros(A.size, np.float32), np.zeros(A.size, np.float32)
+    nhwc = tdesc(shape, fmt=cc.CUDNN_TENSOR_NHWC)
+    cc.transformTensor(gh, 1.0, ad, cupy.asarray(A), 0.0, nhwc, Yg)
+    cc.transformTensor(ch, 1.0, ad, A, 0.0, nhwc, Yc)
+    np.testing.assert_array_equal(Yg.get(), Yc)
+    cc.destroy(gh)
+    cc.destroy(ch)
+    lib.cudnnDestroy(rh)

@@ -4,6 +4,7 @@
 - ``graph``: IR -> backend spec (pure Python; declines with a reason) -> descriptors.
 - ``configs``: native heuristics (modes A/B/FALLBACK = CUDNN_HEUR_MODE_A/B/FALLBACK),
   engine configs with knobs and notes, math-type and legacy-algorithm selection.
+- ``autotune``: mode A times the first few configs that finalize and keeps the fastest.
 - ``plan``: the ExecutionPlan and its lean per-call path.
 - ``lib``: libcudnn 9 through ctypes, found with ``cuda.pathfinder``.
 
@@ -14,21 +15,24 @@ run when it cannot.  Every decision about a graph is cached on the graph object,
 from __future__ import annotations
 
 from ..base import REGISTRY, Engine, EngineConfig, EngineDeclined
+from . import autotune as _autotune
 from . import configs as _configs
 from . import lib as _lib
-from .graph import Decline, NativeGraph, translate
+from .graph import Decline, NativeGraph, candidates
 
 _PLACEHOLDER_NOTES = frozenset({"DECLINED", "FALLBACK"})
 
 
 class _State:
-    """What the engine learned about one IR graph: its spec (or the reason it has none),
-    a reason no config fits, and native plans finalized during the heuristics query."""
+    """What the engine learned about one IR graph: its candidate specs (or the reason it has
+    none), the spec whose configs were returned, and native plans finalized while querying."""
 
     def __init__(self):
+        self.candidates = []
         self.spec = None
         self.reason = None
         self.pending = {}  # EngineConfig -> (NativeGraph, plan desc, workspace, keep)
+        self.autotune = None  # [(config, ms)] timed by the last mode-A query
 
     def __del__(self):
         for ng, _plan, _ws, keep in self.pending.values():
@@ -43,18 +47,12 @@ def _state(graph) -> _State:
     if st is None:
         st = _State()
         try:
-            st.spec = translate(graph)
+            st.candidates = candidates(graph)
+            st.spec = st.candidates[0]
         except Decline as e:
             st.reason = e.reason
         graph.__dict__["_cudnn_state"] = st
     return st
-
-
-def _representative(spec) -> tuple:
-    """(alpha, beta) baked into the native graph used for heuristics."""
-    if spec.pattern != "conv_blend":
-        return (1.0, 0.0)
-    return (1.0, 1.0 if (spec.beta_uid is not None or spec.beta_default) else 0.0)
 
 
 def _device() -> int:
@@ -97,58 +95,94 @@ class CudnnEngine(Engine):
 
     def configs(self, graph, place, mode):
         """Native engine configs in cuDNN's heuristics order (after the math-type and
-        algorithm selection).  Mode A returns the first config that finalizes first."""
+        algorithm selection) for the first candidate spec that has any.  Mode A returns
+        the first config that finalizes first (its plan is kept for ``build``)."""
         st = _state(graph)
-        if st.spec is None:
+        if not st.candidates:
             return [self._placeholder(st.reason)]
-        spec = st.spec
         handle = _lib.handle_for(_device(), 0)
+        why = []
+        for spec in st.candidates:
+            got = self._configs_for(st, spec, handle, mode, why)
+            if got:
+                st.spec = spec
+                return got
+        return [self._placeholder("; ".join(why))]
+
+    def _configs_for(self, st, spec, handle, mode, why) -> list:
+        tag = spec.describe()
         try:
-            ng = NativeGraph(spec, handle, *_representative(spec))
+            ng = NativeGraph(spec, handle)
         except _lib.CudnnStatusError as e:
-            return [self._placeholder(f"cuDNN rejected the operation graph: {e}")]
+            why.append(f"{tag}: cuDNN rejected the operation graph ({e})")
+            return []
         try:
             found = _configs.query(_lib, ng.graph, mode)
         except _lib.CudnnStatusError as e:
             ng.destroy()
-            return [self._placeholder(f"cuDNN heuristics (mode {mode}) failed: {e}")]
+            why.append(f"{tag}: cuDNN heuristics (mode {mode}) failed ({e})")
+            return []
         ws = {c: w for c, w in found if w is not None}
         cfgs = _configs.select([c for c, _ in found], spec, ws)
         if not cfgs:
             ng.destroy()
-            why = (f"cuDNN heuristics (mode {mode}) returned {len(found)} engine configs, none allowed by "
-                   f"math type {spec.math_type}" + (f" for {spec.algo}" if spec.algo else "")) if found else \
-                f"cuDNN heuristics (mode {mode}) returned no engine config for {spec.describe()}"
-            return [self._placeholder(why)]
+            why.append(f"{tag}: cuDNN heuristics (mode {mode}) returned {len(found)} engine configs, none allowed "
+                       f"by math type {spec.math_type}" + (f" for {spec.algo}" if spec.algo else "") if found else
+                       f"{tag}: cuDNN heuristics (mode {mode}) returned no engine config")
+            return []
         if mode != "A":
             ng.destroy()
             return cfgs
-        errors = []
-        for i, cfg in enumerate(cfgs):
+        k = _autotune.top_k(spec)
+        key = _autotune.memo_key(spec, cfgs) if k > 1 else None
+        known = _autotune._MEMO.get(key) if key else None
+        order = [known] + [c for c in cfgs if c != known] if known else cfgs
+        want = 1 if (known or k <= 1) else k
+        finalized, errors = [], []
+        for cfg in order:
             try:
                 plan, wsz, keep = _configs.execution_plan(_lib, handle, ng.graph, cfg)
             except _lib.CudnnStatusError as e:
                 errors.append(f"{cfg}: {e.detail or e}")
                 continue
-            st.pending[cfg] = (ng, plan, wsz, keep)
-            return [cfg] + cfgs[i + 1:]
-        ng.destroy()
-        return [self._placeholder("no engine config from cuDNN's heuristics finalized: " + "; ".join(errors[:3]))]
+            finalized.append((cfg, plan, wsz, keep))
+            if len(finalized) >= want:
+                break
+        if not finalized:
+            ng.destroy()
+            why.append(f"{tag}: no engine config finalized ({'; '.join(e[:300] for e in errors[:3])})")
+            return []
+        st.autotune = None
+        if len(finalized) > 1:
+            times = _autotune.time_plans(spec, [(p, w) for _, p, w, _ in finalized], _device())
+            best = min(range(len(finalized)), key=lambda i: times[i])
+            st.autotune = [(str(f[0]), t) for f, t in zip(finalized, times)]
+            for i, (_c, _p, _w, keep) in enumerate(finalized):
+                if i != best:
+                    for d in reversed(keep):
+                        d.destroy()
+            finalized = [finalized[best]]
+            if len(_autotune._MEMO) > 4096:
+                _autotune._MEMO.clear()
+            _autotune._MEMO[key] = finalized[0][0]
+        cfg, plan, wsz, keep = finalized[0]
+        st.pending[cfg] = (ng, plan, wsz, keep)
+        return [cfg] + [c for c in cfgs if c != cfg]
 
     def build(self, graph, config):
         st = _state(graph)
-        if st.spec is None:
+        if not st.candidates:
             raise EngineDeclined(self.name, st.reason)
         if config.index < 0:
             raise EngineDeclined(self.name, config.knob("declined", "no engine config"))
         from .plan import CudnnPlan
         device = _device()
-        ab = _representative(st.spec)
+        spec = st.spec
         pending = st.pending.pop(config, None)
         if pending is None:
             handle = _lib.handle_for(device, 0)
             try:
-                ng = NativeGraph(st.spec, handle, *ab)
+                ng = NativeGraph(spec, handle)
             except _lib.CudnnStatusError as e:
                 raise EngineDeclined(self.name, f"cuDNN rejected the operation graph: {e}")
             try:
@@ -158,7 +192,9 @@ class CudnnEngine(Engine):
                 raise EngineDeclined(self.name, f"engine config {config} did not finalize: {e}")
             pending = (ng, plan, wsz, keep)
         ng, plan, wsz, keep = pending
-        return CudnnPlan(graph, config, st.spec, device, ng, plan, wsz, keep, ab)
+        out = CudnnPlan(graph, config, spec, device, ng, plan, wsz, keep, spec.representative())
+        out.autotune = st.autotune
+        return out
 
 
 ENGINE = REGISTRY.register(CudnnEngine())

@@ -116,7 +116,11 @@ def describe(lib, engcfg, fallback: bool = False):
     if fallback:
         notes.add("FALLBACK")
     knobs = []
-    for kc in engcfg.get_descriptors("ENGINECFG_KNOB_CHOICES", "KNOB_CHOICE", lib.KNOB_TYPE_COUNTS):
+    try:
+        nknobs = engcfg.count("ENGINECFG_KNOB_CHOICES", "BACKEND_DESCRIPTOR")
+    except lib.CudnnStatusError:
+        nknobs = lib.KNOB_TYPE_COUNTS
+    for kc in engcfg.get_descriptors("ENGINECFG_KNOB_CHOICES", "KNOB_CHOICE", nknobs):
         try:
             ktype = kc.get("KNOB_CHOICE_KNOB_TYPE", "KNOB_TYPE")[0]
             kval = kc.get("KNOB_CHOICE_KNOB_VALUE", "INT64")[0]

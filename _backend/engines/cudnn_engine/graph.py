@@ -3,8 +3,9 @@ patterns"; 002 ch. 9 for the descriptors).
 
 Two steps.  ``translate(graph)`` is pure Python (runs anywhere, tested on the CPU): it
 pattern-matches the IR graph and returns a ``Native`` spec, or raises ``Decline`` with a
-plain-language reason.  ``NativeGraph(spec, handle, alpha, beta)`` then creates and
-finalizes the backend descriptors (tensors, operations, operation graph) through ``lib``.
+plain-language reason.  ``NativeGraph(spec, handle, values)`` then creates and
+finalizes the backend descriptors (tensors, operations, operation graph) through ``lib``;
+``values`` are the scalars the spec bakes into attributes (``Native.baked``).
 
 Patterns
   conv_blend      one ConvolutionForward/BackwardData/BackwardFilter writing a virtual
@@ -107,13 +108,22 @@ class Native:
     ops: list  # [NOp]
     bind: list  # [(native uid, IR uid whose buffer/scalar it takes, is_scalar)]
     same_memory: list = field(default_factory=list)  # [(IR uid, IR uid)] that must share a pointer
-    alpha_uid: "int | None" = None  # conv_blend: the by-value IR uids baked into alpha/beta
-    beta_uid: "int | None" = None
-    beta_default: float = 0.0  # conv_blend: beta when no beta scalar exists (ADD without alpha2 -> 1)
+    # scalars baked into the native graph as attributes: [(by-value IR uid or None, value when None)];
+    # a plan keeps one native plan per tuple of their values (conv alpha/beta, pointwise alpha1/alpha2)
+    baked: list = field(default_factory=list)
+    scale_mode: str = ""  # fusion: 'attr' (pointwise ALPHA1/ALPHA2) or 'mul' (MUL by by-value tensors)
     math_type: str = "DEFAULT_MATH"
     compute_type: str = "float32"
     algo: "str | None" = None
     data_dtype: str = "float32"
+
+    def representative(self) -> tuple:
+        """Values baked into the native graph used for heuristics and the first plan: for a
+        scalar that comes from the call 1.0 (conv alpha/beta: the common call) or 0.5
+        (fusion alphas: a general value, so the engine chosen is not one special-cased for
+        1), the fixed value otherwise."""
+        call = 1.0 if self.pattern == "conv_blend" else 0.5
+        return tuple(call if uid is not None else v for uid, v in self.baked)
 
     def describe(self) -> str:
         ops = ", ".join(f"{o.desc.replace('OPERATION_', '')}" + (f"[{o.attrs.get('mode')}]" if o.kind == "pointwise" else "")
@@ -151,18 +161,35 @@ def _check_kinds(graph) -> None:
         raise Decline("pointwise ops before the convolution/matmul (mainloop 'g1' fusion) are not translated")
 
 
-def translate(graph) -> Native:
-    """The backend spec for ``graph`` (finalized IR), or raise Decline."""
+def candidates(graph) -> list:
+    """Backend specs for ``graph`` (finalized IR), best first, or raise Decline.  A conv +
+    blend graph is first the conv_blend pattern, then the same as a fusion graph; a fusion
+    graph with scaled operands is first tried with pointwise ALPHA1/ALPHA2 attributes (the
+    ConvBiasAct pattern of 000), then with MUL by by-value tensors (generic runtime fusion)."""
     _check_kinds(graph)
     main = graph.ops[0]
     for t in graph.tensors().values():
         if t.dtype not in ("float32", "float16", "bfloat16", "float64") and not t.is_by_value:
             raise Decline(f"tensor {t.uid} has data type {t.dtype}; this engine translates float data only")
+    out = []
     if main.kind in CONV_KINDS:
         native = _conv_blend(graph)
         if native is not None:
-            return native
-    return _fusion(graph)
+            out.append(native)
+    try:
+        attr = _fusion(graph, "attr")
+        out.append(attr)
+        if attr.baked:
+            out.append(_fusion(graph, "mul"))
+    except Decline:
+        if not out:
+            raise
+    return out
+
+
+def translate(graph) -> Native:
+    """The first candidate spec for ``graph``, or raise Decline."""
+    return candidates(graph)[0]
 
 
 def _conv_attrs(op) -> dict:
@@ -180,13 +207,16 @@ def _conv_attrs(op) -> dict:
     }
 
 
-def _conv_op(op, out_uid: int) -> NOp:
+def _conv_op(op, out_uid: int, alpha_ref=None, beta_ref=None) -> NOp:
+    """The backend conv op; ``alpha_ref``/``beta_ref`` index the spec's baked scalars (None: 1 and 0)."""
     desc, roles, out_role, prefix = CONV_KINDS[op.kind]
     tensors = {}
     for role, suffix in roles.items():
         t = op.inputs.get(role)
         tensors[prefix + suffix] = t.uid if t is not None else out_uid
-    return NOp("conv", desc, tensors, _conv_attrs(op))
+    attrs = _conv_attrs(op)
+    attrs.update(alpha_ref=alpha_ref, beta_ref=beta_ref)
+    return NOp("conv", desc, tensors, attrs)
 
 
 def _data_dtype(op) -> str:
@@ -210,7 +240,8 @@ def _conv_blend(graph) -> "Native | None":
             return None
         tensors[out.uid] = _spec(out)
         bind = [(u, u, False) for u in tensors]
-        return Native("conv_blend", tensors=tensors, ops=[_conv_op(main, out.uid)], bind=bind, **common)
+        return Native("conv_blend", tensors=tensors, ops=[_conv_op(main, out.uid, 0, 1)], bind=bind,
+                      baked=[(None, 1.0), (None, 0.0)], **common)
     if len(graph.ops) != 2:
         return None
     pw = graph.ops[1]
@@ -233,12 +264,22 @@ def _conv_blend(graph) -> "Native | None":
     alpha, beta = pw.inputs.get("alpha1"), pw.inputs.get("alpha2") if mode == "ADD" else None
     tensors[y.uid] = _spec(y)
     bind = [(u, u, False) for u in tensors]
-    return Native("conv_blend", tensors=tensors, ops=[_conv_op(main, y.uid)], bind=bind, same_memory=same,
-                  alpha_uid=alpha.uid if alpha is not None else None,
-                  beta_uid=beta.uid if beta is not None else None, beta_default=beta_default, **common)
+    baked = [(alpha.uid if alpha is not None else None, 1.0), (beta.uid if beta is not None else None, beta_default)]
+    return Native("conv_blend", tensors=tensors, ops=[_conv_op(main, y.uid, 0, 1)], bind=bind, same_memory=same,
+                  baked=baked, **common)
 
 
-def _fusion(graph) -> Native:
+def _like(dims, ref_strides) -> tuple:
+    """Packed strides for ``dims`` in the memory order of ``ref_strides`` (NHWC stays NHWC)."""
+    order = sorted(range(len(dims)), key=lambda i: (-ref_strides[i], i))
+    st, acc = [0] * len(dims), 1
+    for ax in reversed(order):
+        st[ax] = acc
+        acc *= dims[ax]
+    return tuple(st)
+
+
+def _fusion(graph, scale_mode: str = "attr") -> Native:
     """Main op + pointwise epilogue as one runtime-fusion graph."""
     main = graph.ops[0]
     all_t = graph.tensors()
@@ -248,7 +289,10 @@ def _fusion(graph) -> Native:
     rank = max(3, max(t.ndim for t in all_t.values() if not t.is_by_value))
     tensors: dict = {}
     bind: list = []
+    baked: list = []
     scratch = [_SCRATCH_UID]
+    outs = [t for t in graph.external_outputs() if t.ndim == max(x.ndim for x in all_t.values())]
+    layout = _rank_up(_spec(outs[-1]), rank).strides if outs else None
 
     alias: dict = {}  # uid of a collapsed virtual IDENTITY output -> the uid it equals
 
@@ -260,21 +304,29 @@ def _fusion(graph) -> Native:
                 tensors[t.uid] = TSpec(t.uid, (1,) * rank, (1,) * rank, "float32", False, True)
                 bind.append((t.uid, t.uid, True))
             else:
-                tensors[t.uid] = _rank_up(_spec(t), rank)
+                spec = _rank_up(_spec(t), rank)
+                if t.is_virtual and layout is not None and len(spec.dims) == len(layout):
+                    spec.strides = _like(spec.dims, layout)
+                tensors[t.uid] = spec
                 if not t.is_virtual:
                     bind.append((t.uid, t.uid, False))
         return t.uid
 
     def new_virtual(like: TSpec) -> int:
         scratch[0] += 1
-        dims = like.dims
-        strides = []
-        acc = 1
-        for d in reversed(dims):
-            strides.append(acc)
-            acc *= d
-        tensors[scratch[0]] = TSpec(scratch[0], dims, tuple(reversed(strides)), "float32", True, False)
+        tensors[scratch[0]] = TSpec(scratch[0], like.dims, _like(like.dims, layout or like.strides), "float32",
+                                    True, False)
         return scratch[0]
+
+    def bake(alpha) -> "int | None":
+        """Index of a by-value scalar in ``baked`` (attr mode)."""
+        if alpha is None:
+            return None
+        for i, (u, _) in enumerate(baked):
+            if u == alpha.uid:
+                return i
+        baked.append((alpha.uid, 1.0))
+        return len(baked) - 1
 
     ops: list = []
     if main.kind == "Matmul":
@@ -302,14 +354,31 @@ def _fusion(graph) -> Native:
                                                             "OPERATION_POINTWISE_YDESC": v}, {"mode": "MUL"}))
         return v
 
+    readers: dict = {}  # uid -> [(op, role)]
+    for op in graph.ops:
+        for role, t in op.inputs.items():
+            readers.setdefault(t.uid, []).append((op, role))
+    carried: dict = {}  # uid of a folded IDENTITY output -> its alpha1 scalar (attr mode)
+
+    def foldable(op, y) -> bool:
+        """IDENTITY(alpha1 * x) read only as the unscaled x of one ADD/SUB: fold alpha1 into it."""
+        r = readers.get(y.uid, [])
+        return (len(r) == 1 and r[0][1] == "x" and r[0][0].kind == "Pointwise"
+                and r[0][0].attrs.get("mode") in ("ADD", "SUB") and "alpha1" not in r[0][0].inputs)
+
     for op in graph.ops[1:]:
         mode = op.attrs.get("mode")
         if mode not in PW_MODE:
             raise Decline(f"pointwise mode {mode} has no cuDNN backend equivalent")
         y = op.outputs["y"]
         if mode == "IDENTITY" and y.is_virtual and "b" not in op.inputs:
-            alias[y.uid] = scaled(op.inputs["x"], op.inputs.get("alpha1"))  # no op needed
-            continue
+            if scale_mode == "mul" or "alpha1" not in op.inputs:
+                alias[y.uid] = scaled(op.inputs["x"], op.inputs.get("alpha1"))  # no op needed
+                continue
+            if foldable(op, y):
+                alias[y.uid] = add_tensor(op.inputs["x"])
+                carried[y.uid] = op.inputs["alpha1"]
+                continue
         add_tensor(y)
         attrs = {"mode": PW_MODE[mode], "nan_propagation": op.attrs.get("nan_propagation", "PROPAGATE")}
         for k in ("relu_lower_clip", "relu_upper_clip", "elu_alpha", "softplus_beta", "swish_beta"):
@@ -324,7 +393,7 @@ def _fusion(graph) -> Native:
                 "OPERATION_POINTWISE_DXDESC": y.uid}, attrs))
             continue
         x, b = op.inputs["x"], op.inputs.get("b")
-        a1, a2 = op.inputs.get("alpha1"), op.inputs.get("alpha2")
+        a1, a2 = op.inputs.get("alpha1", carried.get(x.uid)), op.inputs.get("alpha2")
         if b is not None and x.dims != y.dims and b.dims == y.dims:
             if mode not in PW_COMMUTATIVE:
                 raise Decline(f"pointwise {mode} with a broadcast first operand: cuDNN needs the full-size "
@@ -333,11 +402,19 @@ def _fusion(graph) -> Native:
         if x.dims != y.dims:
             raise Decline(f"pointwise {mode} whose first operand {x.dims} is broadcast to {y.dims}: "
                           "broadcast tensors cannot be the first pointwise input in cuDNN runtime fusion")
-        t = {"OPERATION_POINTWISE_XDESC": scaled(x, a1), "OPERATION_POINTWISE_YDESC": y.uid}
-        if b is not None:
-            t["OPERATION_POINTWISE_BDESC"] = scaled(b, a2)
+        if scale_mode == "attr":
+            t = {"OPERATION_POINTWISE_XDESC": add_tensor(x), "OPERATION_POINTWISE_YDESC": y.uid}
+            attrs["alpha1_ref"] = bake(a1)
+            if b is not None:
+                t["OPERATION_POINTWISE_BDESC"] = add_tensor(b)
+                attrs["alpha2_ref"] = bake(a2)
+        else:
+            t = {"OPERATION_POINTWISE_XDESC": scaled(x, a1), "OPERATION_POINTWISE_YDESC": y.uid}
+            if b is not None:
+                t["OPERATION_POINTWISE_BDESC"] = scaled(b, a2)
         ops.append(NOp("pointwise", "OPERATION_POINTWISE", t, attrs))
-    return Native("fusion", main_kind=main.kind, tensors=tensors, ops=ops, bind=bind,
+    return Native("fusion", main_kind=main.kind, tensors=tensors, ops=ops, bind=bind, baked=baked,
+                  scale_mode=scale_mode if baked or scale_mode == "mul" else "",
                   math_type=main.attrs.get("math_type", "DEFAULT_MATH"),
                   compute_type=main.attrs.get("compute_type", "float32"), algo=main.attrs.get("algo"),
                   data_dtype=_data_dtype(main))
@@ -350,13 +427,14 @@ class NativeGraph:
     """The finalized backend tensors, operations and operation graph of a ``Native`` spec.
     ``alpha``/``beta`` are baked into the convolution of a conv_blend spec."""
 
-    def __init__(self, spec: Native, handle: int, alpha: float = 1.0, beta: float = 0.0):
+    def __init__(self, spec: Native, handle: int, values: "tuple | None" = None):
         from . import lib
         self.descs = []
         self.spec = spec
+        values = spec.representative() if values is None else tuple(values)
         try:
             tds = {uid: self._tensor(lib, t) for uid, t in spec.tensors.items()}
-            ops = [self._op(lib, o, tds, spec, alpha, beta) for o in spec.ops]
+            ops = [self._op(lib, o, tds, spec, values) for o in spec.ops]
             g = self._new(lib, "OPERATIONGRAPH")
             g.set("OPERATIONGRAPH_HANDLE", "HANDLE", handle)
             g.set("OPERATIONGRAPH_OPS", "BACKEND_DESCRIPTOR", ops)
@@ -384,7 +462,10 @@ class NativeGraph:
             d.set("TENSOR_IS_BY_VALUE", "BOOLEAN", True)
         return d.finalize()
 
-    def _op(self, lib, o: NOp, tds, spec, alpha, beta):
+    def _op(self, lib, o: NOp, tds, spec, values):
+        def val(ref, default):
+            return default if ref is None else float(values[ref])
+
         if o.kind == "conv":
             a = o.attrs
             c = self._new(lib, "CONVOLUTION")
@@ -402,8 +483,8 @@ class NativeGraph:
                 op.set(name, "BACKEND_DESCRIPTOR", tds[uid])
             op.set(prefix + "CONV_DESC", "BACKEND_DESCRIPTOR", c)
             scalar_t = "DOUBLE" if spec.data_dtype == "float64" else "FLOAT"
-            op.set(prefix + "ALPHA", scalar_t, float(alpha))
-            op.set(prefix + "BETA", scalar_t, float(beta))
+            op.set(prefix + "ALPHA", scalar_t, val(a.get("alpha_ref"), 1.0))
+            op.set(prefix + "BETA", scalar_t, val(a.get("beta_ref"), 0.0))
             return op.finalize()
         if o.kind == "matmul":
             m = self._new(lib, "MATMUL")
@@ -434,6 +515,10 @@ class NativeGraph:
         op.set("OPERATION_POINTWISE_PW_DESCRIPTOR", "BACKEND_DESCRIPTOR", p)
         for name, uid in o.tensors.items():
             op.set(name, "BACKEND_DESCRIPTOR", tds[uid])
+        if a.get("alpha1_ref") is not None:
+            op.set("OPERATION_POINTWISE_ALPHA1", "FLOAT", val(a["alpha1_ref"], 1.0))
+        if a.get("alpha2_ref") is not None:
+            op.set("OPERATION_POINTWISE_ALPHA2", "FLOAT", val(a["alpha2_ref"], 1.0))
         return op.finalize()
 
     def destroy(self) -> None:

@@ -4,8 +4,9 @@ per-call path (000 "Execution plans", "Variant packs"; 002 ch. 9 VARIANT_PACK).
 Per call: read the data pointers of the bound buffers, write by-value scalars into this
 plan's host slots (their addresses never change), look up a cached VARIANT_PACK
 descriptor keyed by (pointers, workspace), and ``cudnnBackendExecute`` on the native
-handle of the device, bound to the caller's stream.  A conv_blend plan keeps one native
-plan per (alpha, beta) value pair, since cuDNN bakes them into the operation.
+handle of the device, bound to the caller's stream.  Scalars that cuDNN takes as operation
+attributes (conv alpha/beta, pointwise alpha1/alpha2) are baked into the native graph, so
+the plan keeps one native plan per tuple of their values (``SUBPLANS`` of them).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from . import lib as _lib
 from .graph import ALIGNMENT, NativeGraph
 
 PACK_CACHE = 16  # variant packs kept per plan
-SUBPLANS = 8  # (alpha, beta) native plans kept per conv_blend plan
+SUBPLANS = 8  # native plans (one per tuple of baked scalar values) kept per plan
 
 
 def _ptr(buf) -> int:
@@ -36,16 +37,17 @@ def _ptr(buf) -> int:
 
 class CudnnPlan(ExecutionPlan):
     def __init__(self, graph, config, spec, device: int, native_graph: NativeGraph, plan_desc, workspace: int,
-                 keep: list, alpha_beta: tuple):
+                 keep: list, values: tuple):
         super().__init__(graph, config, workspace)
         self.spec, self.device = spec, device
         self._graphs = [native_graph]
         self._keep = list(keep)
         self._execute = _lib.load().cudnnBackendExecute
-        self._subplans = OrderedDict({alpha_beta: (plan_desc.ptr, workspace)})
-        self._base_key = alpha_beta
+        self._subplans = OrderedDict({values: (plan_desc.ptr, workspace)})
+        self._base_key = values
         self._plan_ptr = plan_desc.ptr
-        self._baked = spec.pattern == "conv_blend"
+        self._baked = [(uid, default) for uid, default in spec.baked]
+        self._fixed = all(uid is None for uid, _ in self._baked)
         nscalar = sum(1 for b in spec.bind if b[2])
         self._scalars = (ctypes.c_float * max(nscalar, 1))()
         base = ctypes.addressof(self._scalars)
@@ -60,6 +62,9 @@ class CudnnPlan(ExecutionPlan):
         self._same = list(spec.same_memory)
         self._packs: OrderedDict = OrderedDict()
         self._ws: dict = {}
+        self._sub_owned: dict = {}  # key -> (NativeGraph, descriptors) of plans added per call
+        self.sub_configs: dict = {}  # key -> config, where the plan's own config rejected the values
+        self.autotune = None  # [(config, ms)] when the config was chosen by timing
 
     # -- per call -------------------------------------------------------------------------
     def execute(self, pack, stream=None) -> None:
@@ -80,19 +85,15 @@ class CudnnPlan(ExecutionPlan):
         for a, b in self._same:
             if _ptr(data[a]) != _ptr(data[b]):
                 raise EngineDeclined("cudnn", f"the blend's prior output (uid {a}) is not the output buffer (uid {b})")
-        if self._baked:
-            s = self.spec
-            key = (float(data[s.alpha_uid]) if s.alpha_uid is not None else 1.0,
-                   float(data[s.beta_uid]) if s.beta_uid is not None else s.beta_default)
-            entry = self._subplans.get(key) or self._add_subplan(key)
-            plan_ptr, need = entry
-        else:
+        if self._fixed:
             plan_ptr, need = self._plan_ptr, self.workspace_size
+        else:
+            key = tuple(d if u is None else float(data[u]) for u, d in self._baked)
+            plan_ptr, need = self._subplans.get(key) or self._add_subplan(key)
         ws = self._workspace(pack, stream, sptr, need) if need else 0
         pkey = (tuple(ptrs), ws)
         vp = self._packs.get(pkey)
-        if vp is None:
-            vp = self._make_pack(pkey)
+        vp = self._make_pack(pkey) if vp is None else vp.ptr
         st = self._execute(handle, plan_ptr, vp)
         if st:
             raise EngineDeclined("cudnn", f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)}: "
@@ -128,23 +129,43 @@ class CudnnPlan(ExecutionPlan):
         return mem.ptr
 
     def _add_subplan(self, key):
-        """A native plan of the same engine config with other alpha/beta values baked in."""
+        """A native plan of the same engine config with other scalar values baked in."""
         handle = _lib.handle_for(self.device, 0)
         try:
-            ng = NativeGraph(self.spec, handle, *key)
+            ng = NativeGraph(self.spec, handle, key)
         except _lib.CudnnStatusError as e:
             raise EngineDeclined("cudnn", f"alpha/beta {key}: {e}")
         try:
             plan, ws, keep = _configs.execution_plan(_lib, handle, ng.graph, self.config)
         except _lib.CudnnStatusError as e:
-            ng.destroy()
-            raise EngineDeclined("cudnn", f"alpha/beta {key}: {e}")
-        self._graphs.append(ng)
-        self._keep.extend(keep)
+            # this config does not take these values: the first config the heuristics give
+            # for the graph with these values (same math-type/algorithm selection)
+            plan = None
+            errors = [f"{self.config}: {e.detail or e}"]
+            try:
+                found = _configs.query(_lib, ng.graph, "A")
+                cands = _configs.select([c for c, _ in found], self.spec, {c: w for c, w in found if w is not None})
+            except _lib.CudnnStatusError as e2:
+                cands, errors = [], errors + [str(e2)]
+            for cfg in cands:
+                try:
+                    plan, ws, keep = _configs.execution_plan(_lib, handle, ng.graph, cfg)
+                    self.sub_configs[key] = cfg
+                    break
+                except _lib.CudnnStatusError as e3:
+                    errors.append(f"{cfg}: {e3.detail or e3}")
+            if plan is None:
+                ng.destroy()
+                raise EngineDeclined("cudnn", f"scalars {key}: no engine config finalized ({'; '.join(errors[:2])})")
+        self._sub_owned[key] = (ng, keep)
         self._subplans[key] = (plan.ptr, ws)
         while len(self._subplans) > SUBPLANS:
             old = next(k for k in self._subplans if k != self._base_key)
-            del self._subplans[old]  # its descriptors stay in _keep until release()
+            del self._subplans[old]
+            old_ng, old_keep = self._sub_owned.pop(old)
+            for d in reversed(old_keep):
+                d.destroy()
+            old_ng.destroy()
         return self._subplans[key]
 
     # -- lifetime -------------------------------------------------------------------------
@@ -152,6 +173,11 @@ class CudnnPlan(ExecutionPlan):
         for vp in self._packs.values():
             vp.destroy()
         self._packs.clear()
+        for ng, keep in self._sub_owned.values():
+            for d in reversed(keep):
+                d.destroy()
+            ng.destroy()
+        self._sub_owned.clear()
         for d in reversed(self._keep):
             d.destroy()
         self._keep = []

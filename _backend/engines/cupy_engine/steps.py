@@ -98,5 +98,5 @@ def read(env, t: Tensor, compute: str):
     cp = runtime.cupy()
     buf = env[t.uid]
     if t.dtype == "bfloat16":
-        return (buf.astype(cp.uint32) << 16).view(cp.float32).astype(compute, copy=False)
+        return (buf.astype(cp.uint32) << cp.uint32(16)).view(cp.float32).astype(compute, copy=False)
     return buf.astype(compute, copy=False)

@@ -85,4 +85,4 @@ class ReferenceEngine(Engine):
 
 REGISTRY.register(ReferenceEngine())
 
-from . import pointwise, reduction, matmul, conv, softmax, lrn, pooling, norm, rnn  # noqa: E402,F401
+from . import pointwise, reduction, matmul, conv, softmax, lrn, pooling, norm, rnn, adv  # noqa: E402,F401

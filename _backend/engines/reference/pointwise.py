@@ -1,5 +1,11 @@
 """Reference kernel for Pointwise ops (002 ch. 9 CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
-§3.2.1 activation modes, §3.2.76 OpTensor ops).  y = op(alpha1*x [, alpha2*b])."""
+§3.2.1 activation modes, §3.2.68 OpTensor ops).  y = op(alpha1*x [, alpha2*b]).
+
+attrs: ``mode`` (a key of UNARY or BINARY), ``nan_propagation`` ('PROPAGATE' default: MIN/MAX
+return NaN when either side is; 'NOT_PROPAGATE': the other side, as fmin/fmax; ReLU clips a
+NaN), ``relu_lower_clip``/``relu_upper_clip``, ``elu_alpha``, ``softplus_beta``, ``swish_beta``.
+NOT is 1 - x (what libcudnn's CUDNN_OP_TENSOR_NOT computes; docs/graph_ops.md has the evidence),
+not a logical not.  docs/graph_ops.md lists every mode's formula."""
 from __future__ import annotations
 
 import math

@@ -1,0 +1,86 @@
+"""Autotuning the first few engine configs of cuDNN's heuristics (000 "Heuristics": mode
+A/B lists are ranked by prediction; the frontend's ``cudnnFindPlan`` and torch's
+``cudnn.benchmark`` time them).  Used when a plan is built, so a cached legacy call runs
+the config that is really fastest here, not only the predicted one.
+
+``CUDNN_COMPAT_CUDNN_AUTOTUNE``: how many finalizable configs to time (default 8; 3 for
+runtime-fusion graphs, whose plans compile at finalize; 0 or 1 turns timing off).  Timing
+runs each plan on scratch buffers of the graph's tensor sizes (zeros; by-value scalars
+1.0), once to warm up and ``REPS`` times between CUDA events.  Results are remembered per
+(backend graph, candidate configs), so the legacy algorithms that map to the same configs
+share one tuning.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+from . import lib as _lib
+
+REPS = 3
+_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4,
+             "int64": 8, "bool": 1}
+_MEMO: dict = {}
+
+
+def top_k(spec) -> int:
+    raw = os.environ.get("CUDNN_COMPAT_CUDNN_AUTOTUNE", "").strip()
+    k = int(raw) if raw.lstrip("-").isdigit() else 8
+    return min(k, 3) if spec.pattern == "fusion" and not raw else k
+
+
+def memo_key(spec, cfgs) -> tuple:
+    return (repr(sorted(spec.tensors.items())), repr(spec.ops), spec.representative(), tuple(cfgs))
+
+
+def extent_bytes(t) -> int:
+    return (1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))) * _ITEMSIZE[t.dtype]
+
+
+def time_plans(spec, plans: list, device: int) -> list:
+    """Milliseconds per execute of each finalized plan ((plan descriptor, workspace) pairs)
+    on scratch buffers; inf for a plan that fails to execute."""
+    import cupy
+    with cupy.cuda.Device(device):
+        handle = _lib.handle_for(device, 0)
+        keep, uids, ptrs = [], [], []
+        nscal = sum(1 for b in spec.bind if b[2])
+        scal = (ctypes.c_float * max(nscal, 1))(*([1.0] * max(nscal, 1)))
+        slot = 0
+        for uid, _src, is_scalar in spec.bind:
+            uids.append(uid)
+            if is_scalar:
+                ptrs.append(ctypes.addressof(scal) + 4 * slot)
+                slot += 1
+            else:
+                buf = cupy.zeros(extent_bytes(spec.tensors[uid]) + 16, cupy.uint8)
+                keep.append(buf)
+                ptrs.append(buf.data.ptr)
+        ws = max((w for _, w in plans), default=0)
+        wbuf = cupy.empty(max(ws, 1), cupy.uint8)
+        vp = _lib.Descriptor("VARIANT_PACK")
+        out = []
+        try:
+            vp.set("VARIANT_PACK_UNIQUE_IDS", "INT64", uids)
+            vp.set("VARIANT_PACK_DATA_POINTERS", "VOID_PTR", ptrs)
+            vp.set("VARIANT_PACK_WORKSPACE", "VOID_PTR", wbuf.data.ptr)
+            vp.finalize()
+            execute = _lib.load().cudnnBackendExecute
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            null = cupy.cuda.Stream.null
+            for plan, _w in plans:
+                if execute(handle, plan.ptr, vp.ptr):
+                    out.append(float("inf"))
+                    continue
+                start.record(null)
+                for _ in range(REPS):
+                    execute(handle, plan.ptr, vp.ptr)
+                end.record(null)
+                end.synchronize()
+                out.append(cupy.cuda.get_elapsed_time(start, end) / REPS)
+        finally:
+            vp.destroy()
+            null_sync = cupy.cuda.Stream.null
+            null_sync.synchronize()
+            del keep, wbuf
+    return out

@@ -1,0 +1,408 @@
+"""Generated one-thread-per-output kernels for window ops (pure Python): pooling
+(002 §3.2.69, §4.1.18), LRN (§3.2.65, §4.1.14) and divisive normalization (§3.2.33,
+§4.1.6), with the reference engine's semantics (reference/pooling.py, reference/lrn.py).
+
+Each thread owns one output element: its logical coordinates come from the linear index
+taken in the output's memory order (coalesced stores), the op's body loops over its window
+(window sizes are compile-time constants, so the loops unroll) and the element-wise
+epilogue (the alpha/beta blend) is applied before the store.  Backward passes gather over
+the outputs whose windows contain the element (deterministic, no atomics); LRN and divisive
+normalization backward first write a per-element term to scratch, then gather it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ...ir import Tensor, packed_strides
+from . import runtime
+from .codegen import (BLOCK, INT32_LIMIT, PREAMBLE, STORAGE, KernelSpec, bstrides, decompose, emit_chain, lit,
+                      load_expr, max_offset, name_kernel, offset_expr, order_axes, round_expr, store_expr,
+                      tensors_compute_type)
+from .rowwise import RowOut
+from .steps import KernelRun
+
+KINDS = ("ResampleForward", "ResampleBackward", "LRNForward", "LRNBackward",
+         "DivisiveNormalizationForward", "DivisiveNormalizationBackward")
+SCRATCH = 10 ** 9 + 10  # uids of scratch tensors
+
+
+def supports(op) -> "str | None":
+    return None
+
+
+@dataclass
+class StencilSpec:
+    family: str
+    out: RowOut  # the element output (through its epilogue)
+    inputs: dict  # name -> Tensor the body reads with ld(name, coords)
+    body: object  # fn(ctx) -> lines computing ``v`` from the coordinates c0..c{r-1}
+    extra_outs: list = field(default_factory=list)  # more RowOuts at the same coordinates (values from body)
+
+
+class _Ctx:
+    def __init__(self, spec, T, IDX, coords):
+        self.spec, self.T, self.IDX, self.c = spec, T, IDX, coords
+
+    def ld(self, name, coords) -> str:
+        t = self.spec.inputs[name]
+        off = " + ".join(f"({c}) * ({self.IDX}){s}" for c, s in zip(coords, t.strides) if s != 0) or "0"
+        return load_expr(t.dtype, f"p{t.uid}[{off}]", self.T)
+
+    def lit(self, v) -> str:
+        return lit(v, self.T)
+
+
+def stencil_kernel(spec: StencilSpec) -> KernelSpec:
+    outs = [spec.out] + list(spec.extra_outs)
+    loads, stores = {}, {}
+    for t in spec.inputs.values():
+        loads.setdefault(t.uid, t)
+    epi_scalars = {}
+    for o in outs:
+        if o.epilogue is None:
+            stores[o.tensor.uid] = o.tensor
+        else:
+            for uid, t in o.epilogue.loads.items():
+                loads.setdefault(uid, t)
+            stores.update(o.epilogue.stores)
+            epi_scalars.update({u: t for u, t in o.epilogue.tensors().items() if t.is_by_value})
+    for uid in stores:
+        loads.pop(uid, None)
+    dims = spec.out.tensor.dims
+    mem = list(loads.values()) + list(stores.values())
+    T = tensors_compute_type(mem)
+    n = math.prod(dims)
+    big = max([n] + [max_offset(t.dims, t.strides) + 1 for t in mem]) > INT32_LIMIT
+    IDX = "long long" if big else "int"  # signed: window coordinates go negative
+    # iterate in the memory order of the first stored tensor
+    lead = bstrides(next(iter(stores.values())), dims)
+    order = order_axes(list(range(len(dims))), lead)
+    params = [f"const {STORAGE[t.dtype]}* p{u}" for u, t in loads.items()]
+    params += [f"{STORAGE[t.dtype]}* p{u}" for u, t in stores.items()]
+    args = [("buf", u) for u in loads] + [("buf", u) for u in stores]
+    for u in sorted(epi_scalars):
+        params.append(f"const {T} s{u}")
+        args.append(("scalar", u, T))
+    body = [PREAMBLE, f'extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({", ".join(params)}) {{']
+    body.append(f"  const {IDX} i = ({IDX})blockIdx.x * ({IDX}){BLOCK} + ({IDX})threadIdx.x;")
+    body.append(f"  if (i >= ({IDX}){n}) return;")
+    dl, oc = decompose("i", [dims[a] for a in order], "q", IDX)
+    body += ["  " + x for x in dl]
+    coords = [None] * len(dims)
+    for a, c in zip(order, oc):
+        coords[a] = c
+    for a, c in enumerate(coords):
+        body.append(f"  const {IDX} c{a} = {c};")
+    cnames = [f"c{a}" for a in range(len(dims))]
+    ctx = _Ctx(spec, T, IDX, cnames)
+    body += ["  " + x for x in spec.body(ctx)]
+    for o in outs:
+        body += ["  " + x for x in _store(o, cnames, T, IDX)]
+    body.append("}")
+    name, src = name_kernel(spec.family, "\n".join(body) + "\n")
+    return KernelSpec(name, src, args, params, (max(1, -(-n // BLOCK)), 1, 1), (BLOCK, 1, 1), 0, (), spec.family)
+
+
+def _store(o: RowOut, coords, T, IDX):
+    def off(t):
+        return offset_expr(coords, bstrides(t, o.tensor.dims), IDX)
+    lines = []
+    if o.epilogue is None:
+        t = o.tensor
+        return [f"p{t.uid}[{off(t)}] = {store_expr(t.dtype, o.value, T)};"]
+    env = {uid: f"s{uid}" for uid, t in o.epilogue.tensors().items() if t.is_by_value}
+    val = o.value
+    if o.tensor.is_virtual:
+        r = round_expr(o.tensor.dtype, val, T)
+        if r != val:
+            lines.append(f"const {T} rv{o.tensor.uid} = {r};")
+            val = f"rv{o.tensor.uid}"
+    env[o.tensor.uid] = val
+    lines.append("{")
+    for uid, t in o.epilogue.loads.items():
+        lines.append(f"  const {T} in{uid} = {load_expr(t.dtype, f'p{uid}[{off(t)}]', T)};")
+        env[uid] = f"in{uid}"
+    lines += ["  " + x for x in emit_chain(o.epilogue.prologue, env, T)]
+    for uid, t in o.epilogue.stores.items():
+        lines.append(f"  p{uid}[{off(t)}] = {store_expr(t.dtype, env[uid], T)};")
+    lines.append("}")
+    return lines
+
+
+def _out(step, role, value):
+    op = step.op
+    return RowOut(op.outputs[role], value, step.epilogues.get(role)) if role in op.outputs else None
+
+
+def _temps(step):
+    return [t for r, t in step.op.outputs.items() if t.is_virtual and r not in step.epilogues]
+
+
+def _scratch(uid, dims, T):
+    return Tensor(uid, tuple(dims), packed_strides(dims), "float64" if T == "double" else "float32", is_virtual=True)
+
+
+def build(step) -> list:
+    fn = {"ResampleForward": _pool_forward, "ResampleBackward": _pool_backward, "LRNForward": _lrn_forward,
+          "LRNBackward": _lrn_backward, "DivisiveNormalizationForward": _divnorm_forward,
+          "DivisiveNormalizationBackward": _divnorm_backward}[step.op.kind]
+    return fn(step)
+
+
+# -- pooling ------------------------------------------------------------------------------
+
+def _pool_forward(step):
+    op = step.op
+    a = op.attrs
+    x = op.inputs["x"]
+    sp = len(x.dims) - 2
+    win, st, pad = a["window"], a["stride"], a["pre_padding"]
+    mode = a["mode"]
+    prop = a.get("nan_propagation", "NOT_PROPAGATE") == "PROPAGATE"
+
+    def body(c):
+        T = c.T
+        lines = []
+        lowest = "-3.4028234663852886e+38f" if T == "float" else "-1.7976931348623157e+308"
+        if mode == "MAXPOOL":
+            lines += [f"{T} acc = {T}(0); bool have = false;"]
+        else:
+            lines += [f"{T} acc = {T}(0); int cnt = 0;"]
+        idx = []
+        for d in range(sp):
+            lines.append(f"for (int r{d} = 0; r{d} < {win[d]}; ++r{d}) {{")
+            lines.append(f"  const {c.IDX} i{d} = c{2 + d} * {st[d]} - {pad[d]} + r{d};")
+            lines.append(f"  if (i{d} < 0 || i{d} >= {x.dims[2 + d]}) continue;")
+            idx.append(f"i{d}")
+        v = c.ld("x", ["c0", "c1"] + idx)
+        lines.append(f"  const {T} e = {v};")
+        if mode == "MAXPOOL":
+            if prop:
+                lines.append("  acc = have ? cc_pmax(acc, e) : e; have = true;")
+            else:
+                lines.append("  if (e == e) { acc = have ? (e > acc ? e : acc) : e; have = true; }")
+        else:
+            lines.append("  acc += e; ++cnt;")
+        lines += ["}"] * sp
+        if mode == "MAXPOOL":
+            lines.append(f"const {T} v = have ? acc : {T}({lowest});")
+        elif mode == "AVGPOOL_INCLUDE_PADDING":
+            lines.append(f"const {T} v = acc / {T}({math.prod(win)});")
+        else:
+            lines.append(f"const {T} v = cnt > 0 ? acc / {T}(cnt) : {T}(0);")
+        return lines
+
+    k = stencil_kernel(StencilSpec("poolfwd", _out(step, "y", "v"), {"x": x}, body))
+    return [KernelRun([k], _temps(step))]
+
+
+def _pool_backward(step):
+    op = step.op
+    a = op.attrs
+    x, dy = op.inputs["x"], op.inputs["dy"]
+    sp = len(x.dims) - 2
+    win, st, pad = a["window"], a["stride"], a["pre_padding"]
+    mode = a["mode"]
+    prop = a.get("nan_propagation", "NOT_PROPAGATE") == "PROPAGATE"
+    ydims = dy.dims
+
+    def body(c):
+        T, I = c.T, c.IDX
+        lines = [f"{T} acc = {T}(0);"]
+        for d in range(sp):
+            # outputs o whose window [o*s - p, o*s - p + w) contains c{2+d}
+            lines.append(f"{{ const {I} t = c{2 + d} + {pad[d]};")
+            lines.append(f"  {I} lo = t - {win[d] - 1}; lo = lo <= 0 ? 0 : (lo + {st[d] - 1}) / {st[d]};")
+            lines.append(f"  {I} hi = t < 0 ? -1 : t / {st[d]}; hi = hi < {ydims[2 + d] - 1} ? hi : {ydims[2 + d] - 1};")
+            lines.append(f"  lo{d} = lo; hi{d} = hi; }}")
+        decl = [f"{I} lo{d}, hi{d};" for d in range(sp)]
+        lines = decl + lines
+        for d in range(sp):
+            lines.append(f"for ({I} o{d} = lo{d}; o{d} <= hi{d}; ++o{d}) {{")
+        g = c.ld("dy", ["c0", "c1"] + [f"o{d}" for d in range(sp)])
+        lines.append(f"  const {T} g = {g};")
+        if mode == "MAXPOOL":
+            # recompute the window's first maximal element (reference/pooling.py _max_hits)
+            lines.append(f"  {T} best = {T}(0); bool have = false; bool mine = false;")
+            for d in range(sp):
+                lines.append(f"  for (int r{d} = 0; r{d} < {win[d]}; ++r{d}) {{")
+                lines.append(f"    const {I} j{d} = o{d} * {st[d]} - {pad[d]} + r{d};")
+                lines.append(f"    if (j{d} < 0 || j{d} >= {x.dims[2 + d]}) continue;")
+            e = c.ld("x", ["c0", "c1"] + [f"j{d}" for d in range(sp)])
+            same = " && ".join(f"j{d} == c{2 + d}" for d in range(sp))
+            lines.append(f"    const {T} e = {e};")
+            if prop:
+                lines.append("    const bool take = !have || (e != e ? best == best : (best == best && e > best));")
+            else:
+                lines.append("    const bool take = (e == e) && (!have || e > best);")
+            lines.append(f"    if (take) {{ best = e; have = true; mine = ({same}); }}")
+            lines += ["  }"] * sp
+            lines.append("  if (mine) acc += g;")
+        else:
+            if mode == "AVGPOOL_INCLUDE_PADDING":
+                lines.append(f"  acc += g / {T}({math.prod(win)});")
+            else:
+                cnt = []
+                for d in range(sp):
+                    s0 = f"(o{d} * {st[d]} - {pad[d]})"
+                    lines.append(f"  const {I} a{d} = {s0} < 0 ? 0 : {s0};")
+                    lines.append(f"  const {I} b{d} = {s0} + {win[d]} > {x.dims[2 + d]} ? {x.dims[2 + d]} : {s0} + {win[d]};")
+                    cnt.append(f"(b{d} - a{d})")
+                lines.append(f"  acc += g / {T}({' * '.join(cnt)});")
+        lines += ["}"] * sp
+        lines.append(f"const {T} v = acc;")
+        return lines
+
+    k = stencil_kernel(StencilSpec("poolbwd", _out(step, "dx", "v"), {"x": x, "dy": dy}, body))
+    return [KernelRun([k], _temps(step))]
+
+
+# -- LRN ----------------------------------------------------------------------------------
+
+def _extent(n):
+    lb = (n - 1) // 2
+    return lb, n - lb - 1
+
+
+def _lrn_d(c, x, a, ch: str):
+    """Lines defining ``D_<tag>`` = k + alpha/n * sum of x^2 over the channel window of ``ch``."""
+    T = c.T
+    lb, la = _extent(a["n"])
+    tag = ch.replace(" ", "").replace("+", "p").replace("-", "m")
+    lines = [f"{T} ss_{tag} = {T}(0);",
+             f"for (int q = -{lb}; q <= {la}; ++q) {{",
+             f"  const {c.IDX} cc = {ch} + q;",
+             f"  if (cc < 0 || cc >= {x.dims[1]}) continue;",
+             f"  const {T} e = {c.ld('x', ['c0', 'cc'] + c.c[2:])};",
+             "  ss_%s += e * e;" % tag, "}",
+             f"const {T} D_{tag} = {c.lit(a['k'])} + {c.lit(a['alpha'] / a['n'])} * ss_{tag};"]
+    return lines, f"D_{tag}"
+
+
+def _lrn_forward(step):
+    op = step.op
+    a = op.attrs
+    x = op.inputs["x"]
+
+    def body(c):
+        lines, d = _lrn_d(c, x, a, "c1")
+        lines.append(f"const {c.T} v = {c.ld('x', c.c)} * pow({d}, {c.lit(-a['beta'])});")
+        return lines
+
+    k = stencil_kernel(StencilSpec("lrnfwd", _out(step, "y", "v"), {"x": x}, body))
+    return [KernelRun([k], _temps(step))]
+
+
+def _lrn_backward(step):
+    op = step.op
+    a = op.attrs
+    x, y, dy = op.inputs["x"], op.inputs["y"], op.inputs["dy"]
+    T = tensors_compute_type([x, y, dy, op.outputs["dx"]])
+    tmp = _scratch(SCRATCH, x.dims, T)
+
+    def body1(c):  # t_i = dy_i * y_i / D_i
+        lines, d = _lrn_d(c, x, a, "c1")
+        lines.append(f"const {c.T} v = {c.ld('dy', c.c)} * {c.ld('y', c.c)} / {d};")
+        return lines
+
+    lb, la = _extent(a["n"])
+
+    def body2(c):  # dx = dy D^-beta - (2 alpha beta / n) x sum_{i in [c-la, c+lb]} t_i
+        lines, d = _lrn_d(c, x, a, "c1")
+        lines += [f"{c.T} acc = {c.T}(0);",
+                  f"for (int q = -{la}; q <= {lb}; ++q) {{",
+                  f"  const {c.IDX} cc = c1 + q;",
+                  f"  if (cc < 0 || cc >= {x.dims[1]}) continue;",
+                  f"  acc += {c.ld('t', ['c0', 'cc'] + c.c[2:])};", "}",
+                  f"const {c.T} v = {c.ld('dy', c.c)} * pow({d}, {c.lit(-a['beta'])}) - "
+                  f"{c.lit(2.0 * a['alpha'] * a['beta'] / a['n'])} * {c.ld('x', c.c)} * acc;"]
+        return lines
+
+    k1 = stencil_kernel(StencilSpec("lrnbwd1", RowOut(tmp, "v"), {"x": x, "y": y, "dy": dy}, body1))
+    k2 = stencil_kernel(StencilSpec("lrnbwd2", _out(step, "dx", "v"), {"x": x, "dy": dy, "t": tmp}, body2))
+    return [KernelRun([k1], [tmp]), KernelRun([k2], _temps(step))]
+
+
+# -- divisive normalization -----------------------------------------------------------------
+
+def _window_loops(c, dims, lo, hi, var):
+    """Nested loops over q_d in [-lo, hi] with j_d = c_d + q_d inside dims (spatial dims 2..)."""
+    lines = []
+    for d in range(2, len(dims)):
+        lines.append(f"for (int q{d} = -{lo}; q{d} <= {hi}; ++q{d}) {{")
+        lines.append(f"  const {c.IDX} {var}{d} = c{d} + q{d};")
+        lines.append(f"  if ({var}{d} < 0 || {var}{d} >= {dims[d]}) continue;")
+    return lines, ["c0", "c1"] + [f"{var}{d}" for d in range(2, len(dims))], ["}"] * (len(dims) - 2)
+
+
+def _divnorm_d(c, x, a, has_means):
+    """Lines for D (at this element), S1 (window sum of x), CNT (window count)."""
+    T = c.T
+    lb, la = _extent(a["n"])
+    cc = a["alpha"] / float(a["n"]) ** (len(x.dims) - 2)
+    mean = c.ld("means", c.c) if has_means else f"{T}(0)"
+    lines = [f"const {T} mi = {mean};", f"{T} s1 = {T}(0), s2 = {T}(0), cnt = {T}(0);"]
+    open_, co, close = _window_loops(c, x.dims, lb, la, "j")
+    lines += open_
+    lines += [f"  const {T} e = {c.ld('x', co)};", "  s1 += e; s2 += (e - mi) * (e - mi); cnt += 1;"]
+    lines += close
+    lines.append(f"const {T} D = {c.lit(a['k'])} + {c.lit(cc)} * s2;")
+    return lines, cc
+
+
+def _divnorm_forward(step):
+    op = step.op
+    a = op.attrs
+    x = op.inputs["x"]
+    ins = {"x": x}
+    if "means" in op.inputs:
+        ins["means"] = op.inputs["means"]
+
+    def body(c):
+        lines, _ = _divnorm_d(c, x, a, "means" in ins)
+        lines.append(f"const {c.T} v = {c.ld('x', c.c)} * pow(D, {c.lit(-a['beta'])});")
+        return lines
+
+    k = stencil_kernel(StencilSpec("divnfwd", _out(step, "y", "v"), ins, body))
+    return [KernelRun([k], _temps(step))]
+
+
+def _divnorm_backward(step):
+    op = step.op
+    a = op.attrs
+    x, dy = op.inputs["x"], op.inputs["dy"]
+    has_m = "means" in op.inputs
+    T = tensors_compute_type([x, dy, op.outputs["dx"]])
+    g_t = _scratch(SCRATCH, x.dims, T)
+    ins = {"x": x, "dy": dy}
+    if has_m:
+        ins["means"] = op.inputs["means"]
+    beta = a["beta"]
+
+    def body1(c):  # g = dy x D^-(beta+1); dmeans = 2 c beta g (s1 - cnt m)
+        lines, cc = _divnorm_d(c, x, a, has_m)
+        lines.append(f"const {c.T} v = {c.ld('dy', c.c)} * {c.ld('x', c.c)} * pow(D, {c.lit(-(beta + 1.0))});")
+        lines.append(f"const {c.T} dm = {c.lit(2.0 * cc * beta)} * v * (s1 - cnt * mi);")
+        return lines
+
+    extra = []
+    if "dmeans" in op.outputs:
+        extra.append(_out(step, "dmeans", "dm"))
+    k1 = stencil_kernel(StencilSpec("divnbwd1", RowOut(g_t, "v"), ins, body1, extra))
+    lb, la = _extent(a["n"])
+
+    def body2(c):  # dx = dy D^-beta - 2 c beta (x sum g_i - sum g_i m_i), i: k in window(i)
+        lines, cc = _divnorm_d(c, x, a, has_m)
+        lines.append(f"{c.T} sg = {c.T}(0), sgm = {c.T}(0);")
+        open_, co, close = _window_loops(c, x.dims, la, lb, "i")
+        lines += open_
+        lines.append(f"  const {c.T} gi = {c.ld('g', co)};")
+        lines.append("  sg += gi;" + (f" sgm += gi * {c.ld('means', co)};" if has_m else ""))
+        lines += close
+        lines.append(f"const {c.T} v = {c.ld('dy', c.c)} * pow(D, {c.lit(-beta)}) - "
+                     f"{c.lit(2.0 * cc * beta)} * ({c.ld('x', c.c)} * sg - sgm);")
+        return lines
+
+    k2 = stencil_kernel(StencilSpec("divnbwd2", _out(step, "dx", "v"), dict(ins, g=g_t), body2))
+    return [KernelRun([k1], [g_t] + _temps(step)), KernelRun([k2], [])]

@@ -1,0 +1,819 @@
+"""Multi-head attention (002 §7.2.3/§7.2.8 Create/DestroyAttnDescriptor, §7.2.43/§7.2.14
+Set/GetAttnDescriptor, §7.2.7/§7.2.12/§7.2.53/§7.2.34 the sequence data descriptor,
+§7.2.15 cudnnGetMultiHeadAttnBuffers, §7.2.16 cudnnGetMultiHeadAttnWeights, §7.2.35
+cudnnMultiHeadAttnForward, §8.2.15 BackwardData, §8.2.16 BackwardWeights).
+
+The model (002 §7.2.43), per head i and query time step t, with W_Q,i [P x qSize] etc.:
+    Qp = W_Q,i q + b_Q,i,  Kp = W_K,i K + b_K,i,  Vp = W_V,i V + b_V,i   (projection size 0: no
+    projection, the input itself), A = softmax(smScaler Kp^T Qp) over the attention window,
+    h_i = Vp A,  out = sum_i W_O,i h_i + b_O (oProjSize 0: out = the concatenated h_i)
+    (+ residuals, which share qDesc).
+Every call is one graph of Matmul, Softmax/SoftmaxBackward, Pointwise and Reduction ops
+over 5-d views [batch, beam, head, time, vector] of the caller's buffers (the sequence data
+layouts are strides; transposed operands are transposed views, so no copy op is needed).
+Backward graphs recompute the forward in both orientations (S = Qp Kp^T and S^T = Kp Qp^T)
+because the IR cannot transpose a virtual tensor.
+
+Masks: the attention window [loWinIdx[t], hiWinIdx[t]) and the key sequence lengths give a
+0/1 mask M [batch, beam, Tq, Tk] built on the host (a data input, so plans do not depend
+on it); the graph forms softmax(smScaler S - BIG (1 - M)) * M, so a query row with an empty
+window attends to nothing (h = 0, out = output bias + residual).  Query rows at or past
+the query sequence length are padding: out is written 0 there and dout there is ignored.
+In training mode the forward stores M in the reserve space, because
+cudnnMultiHeadAttnBackwardWeights takes no window arrays; the reserve space holds that mask
+in the compute type ([batch, beam, Tq, Tk], packed), nothing else.  Work space: none (0).
+
+Weights live in one buffer, each tensor 16-byte aligned, in the order Q, K, V, O weights then
+Q, K, V, O biases; cudnnGetMultiHeadAttnWeights gives each one's address and descriptor:
+weights [nHeads, projSize, origSize] packed, Q/K/V biases [nHeads, projSize, 1], the output
+bias [1, oProjSize, 1] (one vector added after the sum over heads).  Unlike cuDNN 8.0,
+projection biases are supported by the gradient calls too.  Dropout descriptors are
+NOT_SUPPORTED (002 "Unsupported features"), as is a non-NULL paddingFill.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from _backend import dtypes
+from . import _bound_graph as bg
+from ._call import compute_dtype
+from ._descriptor import Descriptor, resolve
+from ._registry import legacy
+from .ctc import host_ints, on_place
+from .dropout import DropoutDescriptor
+from .enums import CONSTANTS, ENUMS, is_valid, name_of
+from .errors import bad_param, check, not_supported
+from .handle import get_handle
+from .tensor import DTYPE_NAME, TensorDescriptor
+
+D = ENUMS["cudnnDataType_t"]
+M = ENUMS["cudnnMathType_t"]
+TIME, BATCH, BEAM, VECT = 0, 1, 2, 3  # cudnnSeqDataAxis_t
+DIM_COUNT = CONSTANTS["CUDNN_SEQDATA_DIM_COUNT"]
+QUERYMAP_ONE_TO_ONE = ENUMS["cudnnAttnQueryMap_t"]["CUDNN_ATTN_QUERYMAP_ONE_TO_ONE"]
+ENABLE_PROJ_BIASES = ENUMS["cudnnAttnProjBias_t"]["CUDNN_ATTN_ENABLE_PROJ_BIASES"]
+MODE_BITS = QUERYMAP_ONE_TO_ONE | ENABLE_PROJ_BIASES
+WKIND = ENUMS["cudnnMultiHeadAttnWeightKind_t"]
+WGRAD = ENUMS["cudnnWgradMode_t"]
+# 002 §7.2.43 Table 40: dataType -> (computePrec, allowed mathTypes)
+SUPPORTED = {
+    D["CUDNN_DATA_DOUBLE"]: (D["CUDNN_DATA_DOUBLE"], {M["CUDNN_DEFAULT_MATH"]}),
+    D["CUDNN_DATA_FLOAT"]: (D["CUDNN_DATA_FLOAT"], {M["CUDNN_DEFAULT_MATH"], M["CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION"]}),
+    D["CUDNN_DATA_HALF"]: (D["CUDNN_DATA_HALF"], {M["CUDNN_DEFAULT_MATH"], M["CUDNN_TENSOR_OP_MATH"],
+                                                 M["CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION"]}),
+}
+ALIGN = 16  # bytes; 002 §7.2.15: buffers are at least 16-byte aligned
+BIG = 1e30  # the masked-score offset: exp(-BIG) is 0 in every compute type
+
+
+# -- descriptors ------------------------------------------------------------------------------
+
+class SeqDataDescriptor(Descriptor):
+    """cudnnSeqDataDescriptor_t: data type, dimA indexed by cudnnSeqDataAxis_t, the layout
+    (axes, outermost first, VECT last) and the sequence lengths in batch-major order."""
+
+    kind = "cudnnSeqDataDescriptor_t"
+
+    def __init__(self):
+        super().__init__()
+        self.dataType, self.dimA, self.axes = D["CUDNN_DATA_FLOAT"], (), ()
+        self.seqLengths = np.zeros(0, np.int32)
+
+    def _settings(self):  # sequence lengths are data (masks), not part of a plan's signature
+        return (self.dataType, self.dimA, self.axes)
+
+    @property
+    def dtype(self) -> str:
+        return DTYPE_NAME[self.dataType]
+
+    def strides(self) -> dict:
+        """axis -> element stride (002 §7.2.34 sample code)."""
+        st, acc = {}, 1
+        for ax in reversed(self.axes):
+            st[ax] = acc
+            acc *= self.dimA[ax]
+        return st
+
+    def lengths(self) -> np.ndarray:
+        """Sequence lengths as [batch, beam]."""
+        return self.seqLengths.reshape(self.dimA[BATCH], self.dimA[BEAM])
+
+
+class AttnDescriptor(Descriptor):
+    """cudnnAttnDescriptor_t: every argument of cudnnSetAttnDescriptor."""
+
+    kind = "cudnnAttnDescriptor_t"
+    FIELDS = ("attnMode", "nHeads", "smScaler", "dataType", "computePrec", "mathType", "attnDropoutDesc",
+              "postDropoutDesc", "qSize", "kSize", "vSize", "qProjSize", "kProjSize", "vProjSize", "oProjSize",
+              "qoMaxSeqLength", "kvMaxSeqLength", "maxBatchSize", "maxBeamSize")
+
+    def __init__(self):
+        super().__init__()
+        for f in self.FIELDS:
+            setattr(self, f, 0)
+        self.attnDropoutDesc = self.postDropoutDesc = None
+
+    def _settings(self):
+        return tuple(getattr(self, f) for f in self.FIELDS if not f.endswith("DropoutDesc"))
+
+    @property
+    def dtype(self) -> str:
+        return DTYPE_NAME[self.dataType]
+
+    @property
+    def biases(self) -> bool:
+        return bool(self.attnMode & ENABLE_PROJ_BIASES)
+
+    @property
+    def one_to_one(self) -> bool:
+        return bool(self.attnMode & QUERYMAP_ONE_TO_ONE)
+
+    @property
+    def qk_size(self) -> int:
+        return self.qProjSize or self.qSize
+
+    @property
+    def v_out(self) -> int:
+        """Length of each head's h_i (vProjSize, or vSize when V is not projected)."""
+        return self.vProjSize or self.vSize
+
+    @property
+    def o_size(self) -> int:
+        return self.oProjSize or self.nHeads * self.v_out
+
+
+def attn_desc(arg, argname: str = "attnDesc") -> AttnDescriptor:
+    return resolve(arg, AttnDescriptor, argname)
+
+
+def seq_desc(arg, argname: str) -> SeqDataDescriptor:
+    return resolve(arg, SeqDataDescriptor, argname)
+
+
+@legacy("cudnnCreateAttnDescriptor")
+def createAttnDescriptor() -> AttnDescriptor:
+    return AttnDescriptor()
+
+
+@legacy("cudnnDestroyAttnDescriptor")
+def destroyAttnDescriptor(attnDesc) -> None:
+    """NULL is a no-op (002 §7.2.8)."""
+    if not bg.is_null(attnDesc):
+        resolve(attnDesc, AttnDescriptor, "attnDesc", need_set=False).destroy()
+
+
+@legacy("cudnnCreateSeqDataDescriptor")
+def createSeqDataDescriptor() -> SeqDataDescriptor:
+    return SeqDataDescriptor()
+
+
+@legacy("cudnnDestroySeqDataDescriptor")
+def destroySeqDataDescriptor(seqDataDesc) -> None:
+    """NULL is a no-op (002 §7.2.12)."""
+    if not bg.is_null(seqDataDesc):
+        resolve(seqDataDesc, SeqDataDescriptor, "seqDataDesc", need_set=False).destroy()
+
+
+@legacy("cudnnSetSeqDataDescriptor")
+def setSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLengthArraySize, seqLengthArray,
+                         paddingFill=None) -> None:
+    """002 §7.2.53.  BAD_PARAM: invalid dataType, nbDims <= 0, a dim <= 0, axes not a permutation
+    with VECT last, seqLengthArraySize != batch*beam, a length outside [0, TIME].
+    NOT_SUPPORTED: nbDims != 4, a non-NULL paddingFill, data other than HALF/FLOAT/DOUBLE."""
+    d = resolve(seqDataDesc, SeqDataDescriptor, "seqDataDesc", need_set=False)
+    check(is_valid("cudnnDataType_t", dataType), "dataType", f"{dataType!r} is not a cudnnDataType_t")
+    check(isinstance(nbDims, (int, np.integer)) and int(nbDims) > 0, "nbDims", f"must be positive, got {nbDims!r}")
+    if int(nbDims) != DIM_COUNT:
+        raise not_supported("nbDims", f"must be {DIM_COUNT} (TIME, BATCH, BEAM, VECT), got {nbDims}")
+    if not bg.is_null(paddingFill):
+        raise not_supported("paddingFill", "must be NULL: output padding fill is not supported")
+    if int(dataType) not in SUPPORTED:
+        raise not_supported("dataType", f"{name_of('cudnnDataType_t', dataType)}: sequence data must be HALF, FLOAT or DOUBLE")
+    check(dimA is not None and axes is not None, "dimA/axes", "is NULL")
+    dims = tuple(int(v) for v in np.asarray(dimA).reshape(-1)[:DIM_COUNT])
+    order = tuple(int(v) for v in np.asarray(axes).reshape(-1)[:DIM_COUNT])
+    check(len(dims) == DIM_COUNT and all(v > 0 for v in dims), "dimA", f"must hold {DIM_COUNT} positive dims, got {dims}")
+    check(sorted(order) == [TIME, BATCH, BEAM, VECT] and order[-1] == VECT, "axes",
+          f"must be a permutation of TIME, BATCH, BEAM, VECT with VECT last (innermost), got {order}")
+    count = dims[BATCH] * dims[BEAM]
+    check(int(seqLengthArraySize) == count, "seqLengthArraySize",
+          f"is {seqLengthArraySize}; it must be dimA[BATCH] * dimA[BEAM] = {count}")
+    lengths = host_ints(seqLengthArray, count, "seqLengthArray")
+    bad = np.nonzero((lengths < 0) | (lengths > dims[TIME]))[0]
+    check(bad.size == 0, "seqLengthArray",
+          f"seqLengthArray[{bad[0] if bad.size else 0}] is outside [0, dimA[TIME]={dims[TIME]}]")
+    d.dataType, d.dimA, d.axes, d.seqLengths = int(dataType), dims, order, lengths
+    d.touched()
+
+
+@legacy("cudnnGetSeqDataDescriptor")
+def getSeqDataDescriptor(seqDataDesc, nbDimsRequested: int = DIM_COUNT, seqLengthSizeRequested: "int | None" = None) -> tuple:
+    """(dataType, nbDims, dimA[:nbDimsRequested], axes[:nbDimsRequested], seqLengthArraySize,
+    seqLengthArray[:seqLengthSizeRequested], paddingFill=None) (002 §7.2.34)."""
+    d = seq_desc(seqDataDesc, "seqDataDesc")
+    check(int(nbDimsRequested) >= 0, "nbDimsRequested", "must not be negative")
+    n = len(d.seqLengths) if seqLengthSizeRequested is None else int(seqLengthSizeRequested)
+    check(n >= 0, "seqLengthSizeRequested", "must not be negative")
+    k = int(nbDimsRequested)
+    return (d.dataType, DIM_COUNT, list(d.dimA[:k]), list(d.axes[:k]), len(d.seqLengths),
+            [int(v) for v in d.seqLengths[:n]], None)
+
+
+def _positive(name, v):
+    check(isinstance(v, (int, np.integer)) and int(v) > 0, name, f"must be a positive int, got {v!r}")
+
+
+def _non_negative(name, v):
+    check(isinstance(v, (int, np.integer)) and int(v) >= 0, name, f"must be a non-negative int, got {v!r}")
+
+
+@legacy("cudnnSetAttnDescriptor")
+def setAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc,
+                      postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize,
+                      qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize) -> None:
+    """002 §7.2.43.  BAD_PARAM: post-projection Q and K sizes differ; dataType/computePrec/mathType
+    not a Table 40 row; nHeads, q/k/vSize, the max lengths and sizes <= 0; a projection size or
+    smScaler negative; unknown attnMode bits.  NOT_SUPPORTED: a dropout descriptor (002
+    "Unsupported features" 1)."""
+    d = resolve(attnDesc, AttnDescriptor, "attnDesc", need_set=False)
+    check(isinstance(attnMode, (int, np.integer)) and int(attnMode) & ~MODE_BITS == 0, "attnMode",
+          f"{attnMode!r} has bits other than CUDNN_ATTN_QUERYMAP_ONE_TO_ONE | CUDNN_ATTN_ENABLE_PROJ_BIASES")
+    for name, v in (("nHeads", nHeads), ("qSize", qSize), ("kSize", kSize), ("vSize", vSize),
+                    ("qoMaxSeqLength", qoMaxSeqLength), ("kvMaxSeqLength", kvMaxSeqLength),
+                    ("maxBatchSize", maxBatchSize), ("maxBeamSize", maxBeamSize)):
+        _positive(name, v)
+    for name, v in (("qProjSize", qProjSize), ("kProjSize", kProjSize), ("vProjSize", vProjSize), ("oProjSize", oProjSize)):
+        _non_negative(name, v)
+    try:
+        sm = float(smScaler)
+    except (TypeError, ValueError):
+        raise bad_param("smScaler", f"must be a number, got {smScaler!r}") from None
+    check(sm >= 0.0, "smScaler", f"must not be negative (or NaN), got {smScaler!r}")
+    for name, v in (("dataType", dataType), ("computePrec", computePrec)):
+        check(is_valid("cudnnDataType_t", v), name, f"{v!r} is not a cudnnDataType_t")
+    check(is_valid("cudnnMathType_t", mathType), "mathType", f"{mathType!r} is not a cudnnMathType_t")
+    row = SUPPORTED.get(int(dataType))
+    check(row is not None and int(computePrec) == row[0] and int(mathType) in row[1], "dataType/computePrec/mathType",
+          f"({name_of('cudnnDataType_t', dataType)}, {name_of('cudnnDataType_t', computePrec)}, "
+          f"{name_of('cudnnMathType_t', mathType)}) is not a supported combination (002 Table 40)")
+    check((int(qProjSize) or int(qSize)) == (int(kProjSize) or int(kSize)), "kProjSize",
+          f"post-projection Q and K sizes must be equal (Q {int(qProjSize) or int(qSize)}, K {int(kProjSize) or int(kSize)})")
+    for name, v in (("attnDropoutDesc", attnDropoutDesc), ("postDropoutDesc", postDropoutDesc)):
+        if not bg.is_null(v):
+            resolve(v, DropoutDescriptor, name)
+            raise not_supported(name, "dropout in multi-head attention is not supported; pass NULL (002 §7.2.43)")
+    values = (int(attnMode), int(nHeads), sm, int(dataType), int(computePrec), int(mathType), None, None,
+              int(qSize), int(kSize), int(vSize), int(qProjSize), int(kProjSize), int(vProjSize), int(oProjSize),
+              int(qoMaxSeqLength), int(kvMaxSeqLength), int(maxBatchSize), int(maxBeamSize))
+    for f, v in zip(AttnDescriptor.FIELDS, values):
+        setattr(d, f, v)
+    d.touched()
+
+
+@legacy("cudnnGetAttnDescriptor")
+def getAttnDescriptor(attnDesc) -> tuple:
+    """(attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc,
+    postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize,
+    qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize) (002 §7.2.14)."""
+    d = attn_desc(attnDesc)
+    return tuple(getattr(d, f) for f in AttnDescriptor.FIELDS)
+
+
+# -- weights and buffer sizes -------------------------------------------------------------------
+
+def weight_layout(a: AttnDescriptor) -> tuple:
+    """({wKind: (byte offset, dims)}, total bytes): present tensors only, 16-byte aligned."""
+    h = a.nHeads
+    shapes = {
+        WKIND["CUDNN_MH_ATTN_Q_WEIGHTS"]: (h, a.qProjSize, a.qSize) if a.qProjSize else None,
+        WKIND["CUDNN_MH_ATTN_K_WEIGHTS"]: (h, a.kProjSize, a.kSize) if a.kProjSize else None,
+        WKIND["CUDNN_MH_ATTN_V_WEIGHTS"]: (h, a.vProjSize, a.vSize) if a.vProjSize else None,
+        WKIND["CUDNN_MH_ATTN_O_WEIGHTS"]: (h, a.oProjSize, a.v_out) if a.oProjSize else None,
+        WKIND["CUDNN_MH_ATTN_Q_BIASES"]: (h, a.qProjSize, 1) if a.qProjSize and a.biases else None,
+        WKIND["CUDNN_MH_ATTN_K_BIASES"]: (h, a.kProjSize, 1) if a.kProjSize and a.biases else None,
+        WKIND["CUDNN_MH_ATTN_V_BIASES"]: (h, a.vProjSize, 1) if a.vProjSize and a.biases else None,
+        WKIND["CUDNN_MH_ATTN_O_BIASES"]: (1, a.oProjSize, 1) if a.oProjSize and a.biases else None,
+    }
+    item = dtypes.itemsize(a.dtype)
+    layout, off = {}, 0
+    for kind in sorted(shapes):
+        dims = shapes[kind]
+        if dims is not None:
+            layout[kind] = (off, dims)
+            off += -(-int(np.prod(dims)) * item // ALIGN) * ALIGN
+    return layout, off
+
+
+def _reserve_size(a: AttnDescriptor, b: int, beam: int, tq: int, tk: int) -> int:
+    n = b * beam * tq * tk * dtypes.itemsize(compute_dtype(a.dtype))
+    return -(-n // ALIGN) * ALIGN
+
+
+@legacy("cudnnGetMultiHeadAttnBuffers")
+def getMultiHeadAttnBuffers(handle, attnDesc) -> tuple:
+    """(weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes) (002 §7.2.15): the
+    reserve holds the window mask for the largest sequences the descriptor allows; pass a
+    reserve of 0 bytes / NULL for inference."""
+    get_handle(handle)
+    a = attn_desc(attnDesc)
+    return (weight_layout(a)[1], 0,
+            _reserve_size(a, a.maxBatchSize, a.maxBeamSize, a.qoMaxSeqLength, a.kvMaxSeqLength))
+
+
+@legacy("cudnnGetMultiHeadAttnWeights")
+def getMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc) -> int:
+    """Sets ``wDesc`` to the tensor's [nHeads, projSize, origSize] (biases [nHeads, projSize, 1])
+    dims and packed strides and returns its address in ``weights`` (a pointer int); an absent
+    tensor gives address 0 and a zeroed descriptor, with SUCCESS (002 §7.2.16)."""
+    get_handle(handle)
+    a = attn_desc(attnDesc)
+    check(is_valid("cudnnMultiHeadAttnWeightKind_t", wKind), "wKind", f"{wKind!r} is not a cudnnMultiHeadAttnWeightKind_t")
+    layout, total = weight_layout(a)
+    check(int(weightSizeInBytes) >= total, "weightSizeInBytes",
+          f"{weightSizeInBytes} is less than the {total} bytes cudnnGetMultiHeadAttnBuffers reports")
+    desc = resolve(wDesc, TensorDescriptor, "wDesc", need_set=False)
+    entry = layout.get(int(wKind))
+    if entry is None:
+        desc.set(a.dataType, 0, (), ())
+        return 0
+    check(not bg.is_null(weights), "weights", "is NULL")
+    off, dims = entry
+    strides = (dims[1] * dims[2], dims[2], 1)
+    desc.set(a.dataType, 0, dims, strides)
+    base = bg.address(weights)
+    return int(base) + off
+
+
+# -- the graphs -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Cfg:
+    """Everything a graph depends on (the plan signature)."""
+
+    a: tuple  # attn key
+    dtype: str
+    ct: str
+    heads: int
+    sizes: tuple  # qSize, kSize, vSize
+    proj: tuple  # qProjSize, kProjSize, vProjSize, oProjSize
+    qk: int
+    pv: int
+    po: int
+    biases: bool
+    b: int
+    bq: int
+    bk: int
+    tq: int
+    tk: int
+    strides: tuple  # ((role, (batch, beam, time) strides), ...) for roles q, k, v, o
+    layout: tuple  # ((kind, offset_elems, dims), ...)
+
+
+def _cfg(a: AttnDescriptor, qd, kd, vd, od, tq: int) -> _Cfg:
+    layout, _ = weight_layout(a)
+    item = dtypes.itemsize(a.dtype)
+    strides = tuple((role, tuple(d.strides()[ax] for ax in (BATCH, BEAM, TIME)))
+                    for role, d in (("q", qd), ("k", kd), ("v", vd), ("o", od)))
+    return _Cfg(a.key(), a.dtype, compute_dtype(a.dtype), a.nHeads, (a.qSize, a.kSize, a.vSize),
+                (a.qProjSize, a.kProjSize, a.vProjSize, a.oProjSize), a.qk_size, a.v_out, a.o_size, a.biases,
+                qd.dimA[BATCH], qd.dimA[BEAM], kd.dimA[BEAM], tq, kd.dimA[TIME], strides,
+                tuple((k, off // item, dims) for k, (off, dims) in sorted(layout.items())))
+
+
+class _Graph:
+    """Builds the attention graph pieces on demand (a piece no output needs is never built, so
+    every virtual tensor has a consumer).  Tensors are 5-d: [batch, beam, head, row, col]."""
+
+    def __init__(self, name: str, c: _Cfg):
+        self.c = c
+        self.b = bg.GraphBuilder(name, c.ct)
+        self.memo = {}
+        self.weights = {k: (off, dims) for k, off, dims in c.layout}
+        self.strides = dict(c.strides)
+
+    # -- leaves -------------------------------------------------------------------------------
+    def seq(self, buf, role, t, v, heads=1, transposed=False, name=None):
+        """A view of sequence buffer ``buf`` laid out as descriptor ``role`` (q, k, v, o) as
+        [B, beam, heads, t, v] (or [..., v, t]); heads > 1 splits the vector into heads (the
+        concatenated output of oProjSize = 0)."""
+        c = self.c
+        sb, sbeam, st = self.strides[role]
+        beams = c.bq if role in ("q", "o") else c.bk
+        dims = (c.b, beams, heads, t, v)
+        strides = (sb, sbeam, v, st, 1)
+        if transposed:
+            dims, strides = dims[:3] + (v, t), strides[:3] + (1, st)
+        return self.b.ext(buf, 0, dims, strides, c.dtype, name or buf)
+
+    def weight(self, kind, transposed=False, buf="weights", name=None):
+        """W [1, 1, H, P, S] (or W^T [1, 1, H, S, P]) of weight kind ``kind``."""
+        off, (h, p, s) = self.weights[WKIND[kind]]
+        dims, strides = (1, 1, h, p, s), (1, 1, p * s, s, 1)
+        if transposed:
+            dims, strides = (1, 1, h, s, p), (1, 1, p * s, 1, s)
+        return self.b.ext(buf, off, dims, strides, self.c.dtype, name or f"{buf}:{kind}")
+
+    def bias(self, kind, column=False, buf="weights", name=None):
+        """b [1, 1, H, 1, P] as a row (or [1, 1, H, P, 1] as a column)."""
+        off, (h, p, _) = self.weights[WKIND[kind]]
+        dims = (1, 1, h, p, 1) if column else (1, 1, h, 1, p)
+        return self.b.ext(buf, off, dims, (1, 1, p, 1, 1), self.c.dtype, name or f"{buf}:{kind}")
+
+    def has(self, kind) -> bool:
+        return WKIND[kind] in self.weights
+
+    def mask(self, transposed=False):
+        c = self.c
+        dims, strides = (c.b, c.bq, 1, c.tq, c.tk), (c.bq * c.tq * c.tk, c.tq * c.tk, 1, c.tk, 1)
+        if transposed:
+            dims, strides = (c.b, c.bq, 1, c.tk, c.tq), (c.bq * c.tq * c.tk, c.tq * c.tk, 1, 1, c.tk)
+        return self.b.ext("mask", 0, dims, strides, c.ct, "maskT" if transposed else "mask")
+
+    def rows(self, transposed=False):
+        c = self.c
+        dims = (c.b, c.bq, 1, 1, c.tq) if transposed else (c.b, c.bq, 1, c.tq, 1)
+        return self.b.ext("rowMask", 0, dims, (c.bq * c.tq, c.tq, 1, 1, 1), c.ct, "rowMask")
+
+    # -- ops --------------------------------------------------------------------------------------
+    def get(self, key, fn):
+        if key not in self.memo:
+            self.memo[key] = fn()
+        return self.memo[key]
+
+    def mm(self, a, b):
+        batch = tuple(max(x, y) for x, y in zip(a.dims[:-2], b.dims[:-2]))
+        return self.b.mm(a, b, out=self.b.virt(batch + (a.dims[-2], b.dims[-1])))
+
+    def reduce(self, x, dims, out=None):
+        out = out if out is not None else self.b.virt(dims)
+        self.b.op("Reduction", {"x": x}, {"y": out}, {"mode": "ADD"})
+        return out
+
+    def softmax(self, x, axis):
+        y = self.b.virt(x.dims)
+        self.b.op("Softmax", {"x": x}, {"y": y}, {"algorithm": "ACCURATE", "axes": (axis,)})
+        return y
+
+    def softmax_bwd(self, y, dy, axis):
+        dx = self.b.virt(y.dims)
+        self.b.op("SoftmaxBackward", {"y": y, "dy": dy}, {"dx": dx}, {"algorithm": "ACCURATE", "axes": (axis,)})
+        return dx
+
+    def pw2(self, mode, x, b, alpha1=None, alpha2=None, dims=None, out=None):
+        """Pointwise ``mode``(alpha1*x, alpha2*b) into ``out`` or a new virtual of ``dims``."""
+        if out is None:
+            out = self.b.virt(dims or tuple(max(p, q) for p, q in zip(x.dims, b.dims)))
+        ins = {"x": x, "b": b}
+        if alpha1 is not None:
+            ins["alpha1"] = alpha1
+        if alpha2 is not None:
+            ins["alpha2"] = alpha2
+        self.b.op("Pointwise", ins, {"y": out}, {"mode": mode})
+        return out
+
+    # -- the forward, in both orientations ------------------------------------------------------
+    def proj(self, x, which, transposed):
+        """Qp = X W^T (+ b) [.., T, P] or, transposed, Qp^T = W X^T (+ b^T) [.., P, T]."""
+        kind = f"CUDNN_MH_ATTN_{which}_WEIGHTS"
+        if not self.has(kind):
+            return x
+        y = self.mm(self.weight(kind), x) if transposed else self.mm(x, self.weight(kind, transposed=True))
+        bkind = f"CUDNN_MH_ATTN_{which}_BIASES"
+        if self.has(bkind):
+            y = self.pw2("ADD", y, self.bias(bkind, column=transposed))
+        return y
+
+    def input(self, which, transposed=False):
+        c = self.c
+        size = {"Q": c.sizes[0], "K": c.sizes[1], "V": c.sizes[2]}[which]
+        t = c.tq if which == "Q" else c.tk
+        buf = {"Q": "queries", "K": "keys", "V": "values"}[which]
+        return self.get(("in", which, transposed), lambda: self.seq(buf, which.lower(), t, size, transposed=transposed))
+
+    def projected(self, which, transposed=False):
+        return self.get(("proj", which, transposed),
+                        lambda: self.proj(self.input(which, transposed), which, transposed))
+
+    def full(self, rows, cols):
+        c = self.c
+        return (c.b, c.bq, c.heads, rows, cols)
+
+    def not_mask(self, transposed):
+        return self.get(("notmask", transposed), lambda: self.b.pw("NOT", self.mask(transposed)))
+
+    def probs(self, transposed=False, masked=True):
+        """A = softmax(smScaler S - BIG (1 - M)) (* M when ``masked``); S = Qp Kp^T, or S^T."""
+        c = self.c
+
+        def pre():
+            if transposed:
+                s = self.mm(self.projected("K"), self.projected("Q", True))
+                dims, axis = self.full(c.tk, c.tq), 3
+            else:
+                s = self.mm(self.projected("Q"), self.projected("K", True))
+                dims, axis = self.full(c.tq, c.tk), 4
+            z = self.pw2("SUB", s, self.not_mask(transposed), self.b.scalar("smScaler"), self.b.scalar("big"), dims=dims)
+            return self.softmax(z, axis)
+
+        apre = self.get(("apre", transposed), pre)
+        if not masked:
+            return apre
+        return self.get(("a", transposed), lambda: self.b.pw("MUL", apre, self.mask(transposed)))
+
+    def heads_out(self):
+        """h = A Vp  [B, beam, H, Tq, Pv]."""
+        return self.get("h", lambda: self.mm(self.probs(), self.projected("V")))
+
+    def out_view(self, buf, transposed=False):
+        """The output-shaped view of ``buf`` (out, residuals, dout): [B, beam, 1, Tq, Po], or the
+        per-head split [B, beam, H, Tq, Pv] of the concatenation when oProjSize is 0."""
+        c = self.c
+        if self.has("CUDNN_MH_ATTN_O_WEIGHTS"):
+            return self.seq(buf, "o", c.tq, c.po, transposed=transposed)
+        return self.seq(buf, "o", c.tq, c.pv, heads=c.heads, transposed=transposed)
+
+    def forward(self, residuals: bool):
+        c = self.c
+        y = self.heads_out()
+        if self.has("CUDNN_MH_ATTN_O_WEIGHTS"):
+            y = self.reduce(self.mm(y, self.weight("CUDNN_MH_ATTN_O_WEIGHTS", transposed=True)), (c.b, c.bq, 1, c.tq, c.po))
+            if self.has("CUDNN_MH_ATTN_O_BIASES"):
+                y = self.pw2("ADD", y, self.bias("CUDNN_MH_ATTN_O_BIASES"))
+        if residuals:
+            y = self.pw2("ADD", y, self.out_view("residuals"))
+        self.pw2("MUL", y, self.rows(), out=self.out_view("out"))
+
+    # -- backward -----------------------------------------------------------------------------------
+    def d_out(self, transposed=False):
+        """dY = dout * rowMask, in the output view (padding rows of dout are ignored)."""
+        return self.get(("dy", transposed), lambda: self.b.pw("MUL", self.out_view("dout", transposed), self.rows(transposed)))
+
+    def d_heads(self, transposed=False):
+        """dh = dY W_O [B, beam, H, Tq, Pv] (or dh^T = W_O^T dY^T)."""
+        def fn():
+            dy = self.d_out(transposed)
+            if not self.has("CUDNN_MH_ATTN_O_WEIGHTS"):
+                return dy
+            if transposed:
+                return self.mm(self.weight("CUDNN_MH_ATTN_O_WEIGHTS", transposed=True), dy)
+            return self.mm(dy, self.weight("CUDNN_MH_ATTN_O_WEIGHTS"))
+        return self.get(("dh", transposed), fn)
+
+    def d_scores(self, transposed=False):
+        """dS = smScaler * softmax'(dA * M) with dA = dh Vp^T (or dS^T from dA^T = Vp dh^T)."""
+        def fn():
+            if transposed:
+                da = self.mm(self.projected("V"), self.d_heads(True))
+            else:
+                da = self.mm(self.d_heads(), self.projected("V", True))
+            dam = self.b.pw("MUL", da, self.mask(transposed))
+            dz = self.softmax_bwd(self.probs(transposed, masked=False), dam, 3 if transposed else 4)
+            return self.b.pw("IDENTITY", dz, alpha1=self.b.scalar("smScaler"))
+        return self.get(("ds", transposed), fn)
+
+    def d_projected(self, which):
+        """dQp = dS Kp, dKp = dS^T Qp, dVp = A^T dh  ([.., T, P])."""
+        def fn():
+            if which == "Q":
+                return self.mm(self.d_scores(), self.projected("K"))
+            if which == "K":
+                return self.mm(self.d_scores(True), self.projected("Q"))
+            return self.mm(self.probs(True), self.d_heads())
+        return self.get(("dproj", which), fn)
+
+    def d_projected_t(self, which):
+        """dQp^T = Kp^T dS^T, dKp^T = Qp^T dS, dVp^T = dh^T A  ([.., P, T])."""
+        def fn():
+            if which == "Q":
+                return self.mm(self.projected("K", True), self.d_scores(True))
+            if which == "K":
+                return self.mm(self.projected("Q", True), self.d_scores())
+            return self.mm(self.d_heads(True), self.probs())
+        return self.get(("dprojT", which), fn)
+
+    def backward_data(self):
+        c = self.c
+        for which, buf, side, t, size in (("Q", "dqueries", "q", c.tq, c.sizes[0]), ("K", "dkeys", "k", c.tk, c.sizes[1]),
+                                          ("V", "dvalues", "v", c.tk, c.sizes[2])):
+            g = self.d_projected(which)
+            kind = f"CUDNN_MH_ATTN_{which}_WEIGHTS"
+            if self.has(kind):
+                g = self.mm(g, self.weight(kind))
+            self.reduce(g, None, out=self.seq(buf, side, t, size))
+
+    def backward_weights(self, add: bool):
+        c = self.c
+
+        def store(result, view, prior):
+            if add:
+                self.pw2("ADD", result, prior, out=view)
+            else:
+                self.b.pw("IDENTITY", result, out=view)
+
+        for which in ("Q", "K", "V"):
+            kind = f"CUDNN_MH_ATTN_{which}_WEIGHTS"
+            if self.has(kind):
+                g = self.mm(self.d_projected_t(which), self.input(which))
+                h, p, s = self.weights[WKIND[kind]][1]
+                store(self.reduce(g, (1, 1, h, p, s)), self.weight(kind, buf="dweights"),
+                      self.weight(kind, buf="dweights", name=f"dweights_prior:{kind}") if add else None)
+            bkind = f"CUDNN_MH_ATTN_{which}_BIASES"
+            if self.has(bkind):
+                h, p, _ = self.weights[WKIND[bkind]][1]
+                store(self.reduce(self.d_projected(which), (1, 1, h, 1, p)), self.bias(bkind, buf="dweights"),
+                      self.bias(bkind, buf="dweights", name=f"dweights_prior:{bkind}") if add else None)
+        kind = "CUDNN_MH_ATTN_O_WEIGHTS"
+        if self.has(kind):
+            g = self.mm(self.d_out(True), self.heads_out())  # dY^T h  [B, beam, H, Po, Pv]
+            store(self.reduce(g, (1, 1, c.heads, c.po, c.pv)), self.weight(kind, buf="dweights"),
+                  self.weight(kind, buf="dweights", name=f"dweights_prior:{kind}") if add else None)
+        bkind = "CUDNN_MH_ATTN_O_BIASES"
+        if self.has(bkind):
+            store(self.reduce(self.d_out(), (1, 1, 1, 1, c.po)), self.bias(bkind, buf="dweights"),
+                  self.bias(bkind, buf="dweights", name=f"dweights_prior:{bkind}") if add else None)
+
+
+# -- argument checks ------------------------------------------------------------------------------
+
+def _check_seqs(a: AttnDescriptor, q, k, v, o, names):
+    """002 §7.2.35 "descriptor values ... incompatible": BAD_PARAM naming the descriptor."""
+    nq, nk, nv, no = names
+    for name, d in zip(names, (q, k, v, o)):
+        check(d.dataType == a.dataType, name, f"data type {name_of('cudnnDataType_t', d.dataType)} must be the attention "
+              f"descriptor's {name_of('cudnnDataType_t', a.dataType)}")
+        check(d.axes == q.axes, name, f"layout (axes {d.axes}) must be the same in every sequence descriptor ({nq}: {q.axes})")
+        check(d.dimA[BATCH] == q.dimA[BATCH], name, f"batch {d.dimA[BATCH]} must equal {nq}'s {q.dimA[BATCH]}")
+        check(d.dimA[BATCH] <= a.maxBatchSize and d.dimA[BEAM] <= a.maxBeamSize, name,
+              f"batch {d.dimA[BATCH]} / beam {d.dimA[BEAM]} exceed maxBatchSize {a.maxBatchSize} / maxBeamSize {a.maxBeamSize}")
+    for name, d, size in ((nq, q, a.qSize), (nk, k, a.kSize), (nv, v, a.vSize), (no, o, a.o_size)):
+        check(d.dimA[VECT] == size, name, f"vector length {d.dimA[VECT]} must be {size}")
+    check(q.dimA[TIME] <= a.qoMaxSeqLength, nq, f"time {q.dimA[TIME]} exceeds qoMaxSeqLength {a.qoMaxSeqLength}")
+    check(k.dimA[TIME] <= a.kvMaxSeqLength, nk, f"time {k.dimA[TIME]} exceeds kvMaxSeqLength {a.kvMaxSeqLength}")
+    check(o.dimA[TIME] == q.dimA[TIME] and o.dimA[BEAM] == q.dimA[BEAM], no, f"time and beam must equal {nq}'s")
+    check(v.dimA[TIME] == k.dimA[TIME] and v.dimA[BEAM] == k.dimA[BEAM], nv, f"time and beam must equal {nk}'s")
+    want = q.dimA[BEAM] if a.one_to_one else 1
+    check(k.dimA[BEAM] == want, nk, f"beam {k.dimA[BEAM]} must be {want} "
+          f"({'QUERYMAP_ONE_TO_ONE: the Q beam' if a.one_to_one else 'QUERYMAP_ALL_TO_ONE: K and V have beam 1'})")
+    check(np.array_equal(k.seqLengths, v.seqLengths), nv, f"sequence lengths must equal {nk}'s")
+    check(np.array_equal(o.seqLengths, q.seqLengths), no, f"sequence lengths must equal {nq}'s")
+
+
+def _check_weights(a, weights, weightSizeInBytes, argname="weights"):
+    total = weight_layout(a)[1]
+    check(int(weightSizeInBytes) >= total, "weightSizeInBytes",
+          f"{weightSizeInBytes} is less than the {total} bytes cudnnGetMultiHeadAttnBuffers reports")
+    check(total == 0 or not bg.is_null(weights), argname, "is NULL")
+    if total:
+        bg.check_buffer(weights, argname, total)
+
+
+def _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes):
+    check(not bg.is_null(reserveSpace), "reserveSpace", "is NULL; gradient calls need the forward's training-mode reserve space")
+    check(int(reserveSpaceSizeInBytes) >= need, "reserveSpaceSizeInBytes", f"{reserveSpaceSizeInBytes} is less than the {need} bytes needed")
+    bg.check_buffer(reserveSpace, "reserveSpace", need)
+
+
+def _window_mask(a, q, k, lo, hi, rows, ct) -> tuple:
+    """(mask [B, beam, rows, Tk], rowMask [B, beam, rows]) for the query time steps ``rows``."""
+    tk = np.arange(k.dimA[TIME])
+    rows = np.asarray(rows)
+    win = (tk[None, :] >= lo[:, None]) & (tk[None, :] < hi[:, None])  # [rows, Tk]
+    len_q = q.lengths()  # [B, beam]
+    len_k = np.broadcast_to(k.lengths(), len_q.shape)  # K beam is 1 (ALL_TO_ONE) or the Q beam
+    row_ok = rows[None, None, :] < len_q[:, :, None]
+    mask = win[None, None] & (tk[None, None, None, :] < len_k[:, :, None, None]) & row_ok[..., None]
+    npt = np.float64 if ct == "float64" else np.float32
+    return mask.astype(npt), row_ok.astype(npt)
+
+
+def _windows(loWinIdx, hiWinIdx, rows):
+    n = int(max(rows)) + 1
+    lo, hi = host_ints(loWinIdx, n, "loWinIdx"), host_ints(hiWinIdx, n, "hiWinIdx")
+    return lo[rows].astype(np.int64), hi[rows].astype(np.int64)
+
+
+def _run(h, a, name, cfg, build, buffers, extra_key=()):
+    key = ("MultiHeadAttn" + name, cfg) + tuple(extra_key)
+    bound = bg.prepare(key, build)
+    bg.execute(h, key, bound, buffers, {"smScaler": a.smScaler, "big": BIG})
+
+
+# -- the compute calls ---------------------------------------------------------------------------
+
+@legacy("cudnnMultiHeadAttnForward")
+def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLengthsQO, devSeqLengthsKV, qDesc, queries,
+                         residuals, kDesc, keys, vDesc, values, oDesc, out, weightSizeInBytes, weights,
+                         workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace) -> None:
+    """002 §7.2.35.  currIdx < 0: every query time step; currIdx >= 0: that step only (inference).
+    reserveSpace NULL and 0 bytes: inference, else training (the window mask is kept there).
+    devSeqLengthsQO/KV are not read (002: not validated; the descriptors' lengths are used).
+    BAD_PARAM: a NULL queries/keys/values/out, currIdx out of bound or with a reserve space,
+    incompatible descriptors, residuals with qSize != the output length, buffers too small."""
+    h = get_handle(handle)
+    a = attn_desc(attnDesc)
+    q, k, v, o = (seq_desc(x, n) for x, n in ((qDesc, "qDesc"), (kDesc, "kDesc"), (vDesc, "vDesc"), (oDesc, "oDesc")))
+    _check_seqs(a, q, k, v, o, ("qDesc", "kDesc", "vDesc", "oDesc"))
+    for argname, buf in (("queries", queries), ("keys", keys), ("values", values), ("out", out)):
+        check(not bg.is_null(buf), argname, "is NULL")
+    with_res = not bg.is_null(residuals)
+    check(not with_res or a.qSize == a.o_size, "residuals",
+          f"residual connections need the Q vector length ({a.qSize}) to equal the output's ({a.o_size})")
+    training = not (bg.is_null(reserveSpace) and int(reserveSpaceSizeInBytes) == 0)
+    check(isinstance(currIdx, (int, np.integer)), "currIdx", f"must be an int, got {currIdx!r}")
+    tq_all = q.dimA[TIME]
+    check(int(currIdx) < tq_all, "currIdx", f"{currIdx} is out of bound: qDesc has {tq_all} time steps")
+    one_step = int(currIdx) >= 0
+    check(not (one_step and training), "currIdx", "a single time step (currIdx >= 0) is for inference only (reserveSpace must be NULL)")
+    _check_weights(a, weights, weightSizeInBytes)
+    rows = [int(currIdx)] if one_step else list(range(tq_all))
+    lo, hi = _windows(loWinIdx, hiWinIdx, rows)
+    cfg = _cfg(a, q, k, v, o, len(rows))
+    if training:
+        need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
+        _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
+    mask, row_mask = _window_mask(a, q, k, lo, hi, np.array(rows), cfg.ct)
+
+    def build():
+        g = _Graph("MultiHeadAttnForward", cfg)
+        g.forward(with_res)
+        if training:
+            c = cfg
+            g.b.pw("IDENTITY", g.mask(), out=g.b.ext("reserveSpace", 0, (c.b, c.bq, 1, c.tq, c.tk), None, c.ct))
+        return g.b
+
+    item = dtypes.itemsize(a.dtype) * max(int(currIdx), 0)  # currIdx >= 0: views start at that time step
+    step, o_step = q.strides()[TIME] * item, o.strides()[TIME] * item
+    buffers = {"queries": bg.at(queries, step), "keys": keys, "values": values, "out": bg.at(out, o_step),
+               "weights": weights, "mask": on_place(h, mask), "rowMask": on_place(h, row_mask), "reserveSpace": reserveSpace}
+    if with_res:
+        buffers["residuals"] = bg.at(residuals, step)
+    _run(h, a, "Forward", cfg, build, buffers, (with_res, training))
+
+
+@legacy("cudnnMultiHeadAttnBackwardData")
+def multiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLengthsDQDO, devSeqLengthsDKDV, doDesc, dout,
+                              dqDesc, dqueries, queries, dkDesc, dkeys, keys, dvDesc, dvalues, values, weightSizeInBytes,
+                              weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace) -> None:
+    """dqueries, dkeys, dvalues = the exact gradients of the forward's out with respect to Q, K, V
+    contracted with dout (002 §8.2.15); no residual term (add dout to dqueries yourself).
+    BAD_PARAM: NULL buffers or reserve space, incompatible descriptors, buffers too small."""
+    h = get_handle(handle)
+    a = attn_desc(attnDesc)
+    q, k, v, o = (seq_desc(x, n) for x, n in ((dqDesc, "dqDesc"), (dkDesc, "dkDesc"), (dvDesc, "dvDesc"), (doDesc, "doDesc")))
+    _check_seqs(a, q, k, v, o, ("dqDesc", "dkDesc", "dvDesc", "doDesc"))
+    for argname, buf in (("dout", dout), ("dqueries", dqueries), ("queries", queries), ("dkeys", dkeys), ("keys", keys),
+                         ("dvalues", dvalues), ("values", values)):
+        check(not bg.is_null(buf), argname, "is NULL")
+    _check_weights(a, weights, weightSizeInBytes)
+    rows = list(range(q.dimA[TIME]))
+    lo, hi = _windows(loWinIdx, hiWinIdx, rows)
+    cfg = _cfg(a, q, k, v, o, len(rows))
+    _check_reserve(_reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk), reserveSpace, reserveSpaceSizeInBytes)
+    mask, row_mask = _window_mask(a, q, k, lo, hi, np.array(rows), cfg.ct)
+
+    def build():
+        g = _Graph("MultiHeadAttnBackwardData", cfg)
+        g.backward_data()
+        return g.b
+
+    buffers = {"dout": dout, "dqueries": dqueries, "queries": queries, "dkeys": dkeys, "keys": keys, "dvalues": dvalues,
+               "values": values, "weights": weights, "mask": on_place(h, mask), "rowMask": on_place(h, row_mask)}
+    _run(h, a, "BackwardData", cfg, build, buffers)
+
+
+@legacy("cudnnMultiHeadAttnBackwardWeights")
+def multiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDesc, keys, vDesc, values, doDesc, dout,
+                                 weightSizeInBytes, weights, dweights, workSpaceSizeInBytes, workSpace,
+                                 reserveSpaceSizeInBytes, reserveSpace) -> None:
+    """dweights (same layout as weights) = the gradients with respect to every projection weight
+    and bias, added to dweights (CUDNN_WGRAD_MODE_ADD) or written over it (SET) (002 §8.2.16).
+    The attention window comes from the reserve space the training-mode forward filled."""
+    h = get_handle(handle)
+    a = attn_desc(attnDesc)
+    check(is_valid("cudnnWgradMode_t", addGrad), "addGrad", f"{addGrad!r} is not a cudnnWgradMode_t")
+    q, k, v, o = (seq_desc(x, n) for x, n in ((qDesc, "qDesc"), (kDesc, "kDesc"), (vDesc, "vDesc"), (doDesc, "doDesc")))
+    _check_seqs(a, q, k, v, o, ("qDesc", "kDesc", "vDesc", "doDesc"))
+    for argname, buf in (("queries", queries), ("keys", keys), ("values", values), ("dout", dout)):
+        check(not bg.is_null(buf), argname, "is NULL")
+    _check_weights(a, weights, weightSizeInBytes)
+    total = weight_layout(a)[1]
+    if total:
+        _check_weights(a, dweights, weightSizeInBytes, "dweights")
+    cfg = _cfg(a, q, k, v, o, q.dimA[TIME])
+    _check_reserve(_reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk), reserveSpace, reserveSpaceSizeInBytes)
+    if total == 0:
+        return  # no projections: nothing is trainable
+    add = int(addGrad) == WGRAD["CUDNN_WGRAD_MODE_ADD"]
+    row_mask = (np.arange(cfg.tq)[None, None, :] < q.lengths()[:, :, None]).astype(
+        np.float64 if cfg.ct == "float64" else np.float32)
+
+    def build():
+        g = _Graph("MultiHeadAttnBackwardWeights", cfg)
+        g.backward_weights(add)
+        return g.b
+
+    buffers = {"dout": dout, "queries": queries, "keys": keys, "values": values, "weights": weights, "dweights": dweights,
+               "mask": reserveSpace, "rowMask": on_place(h, row_mask)}
+    _run(h, a, "BackwardWeights", cfg, build, buffers, (add,))

@@ -1,0 +1,760 @@
+"""The one RNN implementation under both API generations: geometry, weight/workspace/reserve
+layouts, and the translation of forward, backward-data and backward-weights into graphs of
+Matmul and Pointwise ops (002 §7.1.2.8 cudnnRNNMode_t equations, §7.2.36 cudnnRNNForward,
+§8.2.18 cudnnRNNBackwardData_v8, §8.2.21 cudnnRNNBackwardWeights_v8).
+
+A call becomes a short sequence of graphs, each cached per signature:
+  forward,  per layer l:  proj(l)  Gx = X_l W^T + biases for all time steps (one Matmul; for
+                                   l >= 1 in training, X_l = Y_{l-1} * dropout mask from an
+                                   Rng op), written to the workspace
+                          rec(l)   per direction, per step: Gr_k = h W_Rk^T (one Matmul per
+                                   gate) and the cell as Pointwise ops, h written to y (or to
+                                   the layer's output buffer), training also saves the gate
+                                   activations (and c, ...) in the reserve space
+  backward data, l = top..0:  brec(l) the cell's derivative per step (Pointwise) and
+                                   dh_prev = sum_k dG_k W_Rk (Matmul); gate gradients dG go to
+                                   the reserve space for backward weights
+                          bproj(l) dX_l = sum_dir dG W (one Matmul per direction)
+  backward weights:       one graph: dW += dG^T X, dR += dG^T h_prev, biases += sum dG, as
+                                   batched Matmuls over runs of time steps + Reductions.
+Graphs cannot slice a tensor, so whatever one step reads from an earlier graph (Gx slices,
+saved activations) is an external tensor bound at its offset (see _bound_graph); the
+recurrent state flows between steps inside a graph.  Sequences of different lengths are
+handled by splitting the batch into blocks of consecutive sequences with equal length:
+blocks recur independently, so no masks are needed and padding vectors are never read.
+
+Weight layout (weight space = legacy params buffer), per pseudo-layer p = layer*dirs + dir,
+contiguous, row-major, in this order:  W  [g*H, in]  (the g gate matrices stacked; absent
+for layer 0 with SKIP_INPUT),  R  [g*H, Hout],  Wr [P, H] (LSTM projection only),
+bW [g*H] (SINGLE_INP/DOUBLE bias),  bR [g*H] (SINGLE_REC/DOUBLE bias).  Gate order is the
+linLayerID order of 002: LSTM input, forget, new cell, output; GRU reset, update, new.
+GRU bias rule (all 002 formulas but a misprint in the SINGLE_INP one): bW_k joins the input
+part and bR_k the recurrent part of gate k, so h' = tanh(W_h x + bW_h + r*(R_h h + bR_h)).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from _backend import dtypes
+from . import _bound_graph as bg
+from .dropout import rng_op
+from .enums import ENUMS
+
+RNN_MODES = {v: k for k, v in {"RELU": 0, "TANH": 1, "LSTM": 2, "GRU": 3}.items()}
+GATES = {"RELU": 1, "TANH": 1, "LSTM": 4, "GRU": 3}
+BIAS = {0: "NONE", 1: "INP", 2: "DOUBLE", 3: "REC"}
+LAYOUTS = {0: "SEQ", 1: "PACKED", 2: "BATCH"}
+ALIGN = 256
+_DT = ENUMS["cudnnDataType_t"]
+DTYPE_OF = {_DT["CUDNN_DATA_HALF"]: "float16", _DT["CUDNN_DATA_FLOAT"]: "float32", _DT["CUDNN_DATA_DOUBLE"]: "float64"}
+
+
+def _align(n: int) -> int:
+    return -(-int(n) // ALIGN) * ALIGN
+
+
+@dataclass(frozen=True)
+class RNNConfig:
+    """Everything about the network that shapes its graphs (a plan-cache key part)."""
+
+    mode: str  # RELU, TANH, LSTM, GRU
+    bias: str  # NONE, INP, DOUBLE, REC
+    D: int  # directions
+    skip: bool  # SKIP_INPUT
+    I: int
+    H: int
+    P: int  # LSTM projection size, == H when disabled
+    L: int  # physical layers
+    dtype: str  # data / weight dtype
+    cdtype: str  # compute dtype (mathPrec)
+    clip: "str | None" = None  # None, or the clip NaN mode 'PROPAGATE'/'NOT_PROPAGATE' (LSTM only)
+
+    @property
+    def g(self) -> int:
+        return GATES[self.mode]
+
+    @property
+    def proj(self) -> bool:
+        return self.P < self.H
+
+    @property
+    def Hout(self) -> int:
+        return self.P
+
+    @property
+    def has_bW(self) -> bool:
+        return self.bias in ("INP", "DOUBLE")
+
+    @property
+    def has_bR(self) -> bool:
+        return self.bias in ("REC", "DOUBLE")
+
+    def layer_in(self, l: int) -> int:
+        return self.I if l == 0 else self.D * self.Hout
+
+    def has_W(self, l: int) -> bool:
+        return not (self.skip and l == 0)
+
+    @property
+    def pseudo_layers(self) -> int:
+        return self.L * self.D
+
+
+def config_of(d, dataType=None, inputSize=None) -> RNNConfig:
+    """The RNNConfig of descriptor ``d``; v6 descriptors take dataType/inputSize from the call."""
+    dataType = d.dataType if d.dataType is not None else dataType
+    inputSize = d.inputSize if d.inputSize is not None else inputSize
+    mode = RNN_MODES[d.cellMode]
+    clip = None
+    if mode == "LSTM" and d.clipMode == ENUMS["cudnnRNNClipMode_t"]["CUDNN_RNN_CLIP_MINMAX"]:
+        clip = "PROPAGATE" if d.clipNanOpt == ENUMS["cudnnNanPropagation_t"]["CUDNN_PROPAGATE_NAN"] else "NOT_PROPAGATE"
+    return RNNConfig(mode, BIAS[d.biasMode], 2 if d.dirMode == 1 else 1, d.inputMode == 1, int(inputSize),
+                     d.hiddenSize, d.projSize if mode == "LSTM" else d.hiddenSize, d.numLayers,
+                     DTYPE_OF[dataType], DTYPE_OF[d.mathPrec], clip)
+
+
+# -- weights -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Block:
+    offset: int  # elements
+    rows: int
+    cols: int
+
+
+def weight_layout(cfg: RNNConfig) -> tuple:
+    """({(pseudo-layer, kind): Block}, total elements); kinds W, R, Wr, bW, bR (all gates)."""
+    out, off = {}, 0
+    gH = cfg.g * cfg.H
+    for p in range(cfg.pseudo_layers):
+        l = p // cfg.D
+        parts = []
+        if cfg.has_W(l):
+            parts.append(("W", gH, cfg.layer_in(l)))
+        parts.append(("R", gH, cfg.Hout))
+        if cfg.proj:
+            parts.append(("Wr", cfg.P, cfg.H))
+        if cfg.has_bW:
+            parts.append(("bW", gH, 1))
+        if cfg.has_bR:
+            parts.append(("bR", gH, 1))
+        for kind, rows, cols in parts:
+            out[(p, kind)] = Block(off, rows, cols)
+            off += rows * cols
+    return out, off
+
+
+def weight_space_size(cfg: RNNConfig) -> int:
+    return weight_layout(cfg)[1] * dtypes.itemsize(cfg.dtype)
+
+
+def lin_layer(cfg: RNNConfig, p: int, lin_id: int):
+    """002 linLayerID -> (matrix Block or None, bias Block or None) inside the weight space."""
+    layout, _ = weight_layout(cfg)
+    g, H = cfg.g, cfg.H
+    l = p // cfg.D
+    if cfg.mode == "LSTM" and lin_id == 2 * g:
+        blk = layout.get((p, "Wr"))
+        return blk, None
+    side, k = ("W", lin_id) if lin_id < g else ("R", lin_id - g)
+    mat = layout.get((p, side))
+    if mat is not None:
+        mat = Block(mat.offset + k * H * mat.cols, H, mat.cols)
+    if side == "W" and not cfg.has_W(l):
+        mat = None
+    bias = layout.get((p, "b" + side))
+    if bias is not None:
+        bias = Block(bias.offset + k * H, H, 1)
+    return mat, bias
+
+
+# -- sequence geometry -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where vector (t, b) of a sequence buffer lives: row(t, b), rows of ``vector`` elements."""
+
+    layout: str  # SEQ, BATCH, PACKED
+    T: int
+    B: int
+    lengths: tuple
+
+    @cached_property
+    def batch_at(self) -> tuple:
+        return tuple(sum(1 for n in self.lengths if n > t) for t in range(self.T))
+
+    @cached_property
+    def cum(self) -> tuple:
+        acc, out = 0, []
+        for bt in self.batch_at:
+            out.append(acc)
+            acc += bt
+        return tuple(out)
+
+    @property
+    def N(self) -> int:
+        return sum(self.lengths) if self.layout == "PACKED" else self.T * self.B
+
+    @property
+    def bstride(self) -> int:
+        return self.T if self.layout == "BATCH" else 1
+
+    def row(self, t: int, b: int) -> int:
+        if self.layout == "SEQ":
+            return t * self.B + b
+        if self.layout == "BATCH":
+            return b * self.T + t
+        return self.cum[t] + b
+
+    @cached_property
+    def blocks(self) -> tuple:
+        """Runs of consecutive sequences of equal length: (first, count, length)."""
+        out, b0 = [], 0
+        for b in range(1, self.B + 1):
+            if b == self.B or self.lengths[b] != self.lengths[b0]:
+                out.append((b0, b - b0, self.lengths[b0]))
+                b0 = b
+        return tuple(out)
+
+    @property
+    def padded(self) -> bool:
+        return self.layout != "PACKED" and any(n < self.T for n in self.lengths)
+
+    @property
+    def uniform(self) -> bool:
+        return all(n == self.T for n in self.lengths)
+
+
+def runs(geo: Geometry, b0: int, pairs: list) -> list:
+    """Group (ta, tb) step pairs (ascending ta) into runs with constant row deltas on both sides:
+    [(ra0, rb0, da, db, S)], row = r0 + i*d for the i-th step of the run (first sequence b0)."""
+    out = []
+    for ta, tb in pairs:
+        ra, rb = geo.row(ta, b0), geo.row(tb, b0)
+        if out:
+            r = out[-1]
+            na, nb_ = ra - (r[0] + (r[4] - 1) * r[2]), rb - (r[1] + (r[4] - 1) * r[3])
+            if r[4] == 1 or (na == r[2] and nb_ == r[3]):
+                out[-1] = (r[0], r[1], na, nb_, r[4] + 1)
+                continue
+        out.append((ra, rb, 0, 0, 1))
+    return out
+
+
+class Seq:
+    """A sequence buffer (N rows of V elements, geometry ``geo``) at ``base`` elements of ``buf``."""
+
+    def __init__(self, buf: str, base: int, V: int, dtype: str, geo: Geometry):
+        self.buf, self.base, self.V, self.dtype, self.geo = buf, base, V, dtype, geo
+
+    def whole(self, b, ncols=None, col=0):
+        return b.ext(self.buf, self.base + col, (self.geo.N, ncols or self.V), (self.V, 1), self.dtype)
+
+    def slice(self, b, t, b0, nb, ncols, col=0):
+        g = self.geo
+        return b.ext(self.buf, self.base + g.row(t, b0) * self.V + col, (nb, ncols), (g.bstride * self.V, 1), self.dtype)
+
+    def view3(self, b, r0, dstep, S, nb, ncols, col=0, transpose=False, collapse=False):
+        """The run of S steps x nb sequences x ncols columns starting at row r0 (steps dstep rows
+        apart); ``collapse``: the S*nb rows are one contiguous range, seen as (1, S*nb, ncols).
+        ``transpose`` swaps the last two dims (for dG^T products)."""
+        V = self.V
+        if collapse:
+            dims, strides = (1, S * nb, ncols), (S * nb * V, V, 1)
+        else:
+            dims, strides = (S, nb, ncols), (dstep * V, self.geo.bstride * V, 1)
+        if transpose:
+            dims, strides = (dims[0], dims[2], dims[1]), (strides[0], strides[2], strides[1])
+        return b.ext(self.buf, self.base + r0 * V + col, dims, strides, self.dtype)
+
+
+def _contiguous(r0, dstep, S, nb, bstride):
+    """How the rows r0 + i*dstep + j*bstride (i < S steps, j < nb sequences) fill one contiguous
+    range: 'A' as i*nb + j, 'B' as j*S + i, '*' either way (S or nb is 1), None when they do not."""
+    if S == 1 or nb == 1:
+        step = bstride if S == 1 else dstep
+        return "*" if (S == 1 and nb == 1) or step == 1 else None
+    if bstride == 1 and dstep == nb:
+        return "A"
+    if dstep == 1 and bstride == S:
+        return "B"
+    return None
+
+
+def collapsible(geo, run, nb) -> bool:
+    """Both sides of a run are one contiguous row range, paired row for row."""
+    ra, rb, da, db, S = run
+    oa = _contiguous(ra, da, S, nb, geo.bstride)
+    ob = _contiguous(rb, db, S, nb, geo.bstride)
+    return oa is not None and oa == ob
+
+
+# -- workspace and reserve layouts -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spaces:
+    """Byte offsets of every region of the workspace and the reserve space."""
+
+    ws: dict = field(default_factory=dict)
+    rs: dict = field(default_factory=dict)
+    ws_size: int = 0
+    rs_size: int = 0
+
+
+def spaces(cfg: RNNConfig, geo: Geometry) -> Spaces:
+    c = dtypes.itemsize(cfg.cdtype)
+    N, gH, H, Y = geo.N, cfg.g * cfg.H, cfg.H, cfg.D * cfg.Hout
+    ws, off = {}, 0
+    for d in range(cfg.D):
+        ws[("Gx", d)] = off
+        off += _align(N * gH * c)
+    ws["Y"] = off  # forward (inference) layer outputs and backward dY, one layer at a time
+    off += _align(N * Y * c)
+    ws_size = off
+    rs, off = {}, 0
+
+    def put(key, nbytes):
+        nonlocal off
+        rs[key] = off
+        off += _align(nbytes)
+    for l in range(cfg.L):
+        if l < cfg.L - 1:
+            put(("Y", l), N * Y * c)
+        if l >= 1:
+            put(("mask", l), N * Y)
+        for d in range(cfg.D):
+            if cfg.mode in ("LSTM", "GRU"):
+                put(("acts", l, d), N * gH * c)
+            if cfg.mode == "LSTM":
+                put(("c", l, d), N * H * c)
+                if cfg.proj:
+                    put(("hpre", l, d), N * H * c)
+                    put(("dr", l, d), N * cfg.P * c)
+            if cfg.mode == "GRU":
+                put(("grn", l, d), N * H * c)
+                put(("dgrn", l, d), N * H * c)
+            put(("dpre", l, d), N * gH * c)
+    return Spaces(ws, rs, ws_size, max(off, ALIGN))
+
+
+# -- one call's static description ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Call:
+    cfg: RNNConfig
+    geo: Geometry
+    training: bool
+    present: frozenset  # names of the optional buffers given (hx, cx, hy, cy, dhy, ...)
+    dropout: float = 0.0  # inter-layer dropout probability in effect (training only)
+    fill: bool = False  # y padding filled with paddingFill
+
+    @cached_property
+    def sp(self) -> Spaces:
+        return spaces(self.cfg, self.geo)
+
+    @cached_property
+    def wl(self) -> dict:
+        return weight_layout(self.cfg)[0]
+
+    # sequence buffers
+    def X(self, l) -> Seq:
+        cfg = self.cfg
+        if l == 0:
+            return Seq("x", 0, cfg.I, cfg.dtype, self.geo)
+        return self.Y(l - 1)
+
+    def Y(self, l) -> Seq:
+        cfg, c = self.cfg, self.cfg.cdtype
+        V = cfg.D * cfg.Hout
+        if l == cfg.L - 1:
+            return Seq("y", 0, V, cfg.dtype, self.geo)
+        if self.training:
+            return Seq("rs", self.sp.rs[("Y", l)] // dtypes.itemsize(c), V, c, self.geo)
+        return Seq("ws", self.sp.ws["Y"] // dtypes.itemsize(c), V, c, self.geo)
+
+    def dY(self, l) -> Seq:
+        cfg, c = self.cfg, self.cfg.cdtype
+        if l == cfg.L - 1:
+            return Seq("dy", 0, cfg.D * cfg.Hout, cfg.dtype, self.geo)
+        return Seq("ws", self.sp.ws["Y"] // dtypes.itemsize(c), cfg.D * cfg.Hout, c, self.geo)
+
+    def region(self, space, key, V, dtype=None) -> Seq:
+        dtype = dtype or self.cfg.cdtype
+        offs = self.sp.ws if space == "ws" else self.sp.rs
+        return Seq(space, offs[key] // dtypes.itemsize(dtype), V, dtype, self.geo)
+
+    def mask(self, l) -> Seq:
+        return self.region("rs", ("mask", l), self.cfg.D * self.cfg.Hout, "uint8")
+
+    # weights: views into "w" (or "dw")
+    def wmat(self, b, p, kind, k=None, transpose=False, buf="w"):
+        blk = self.wl[(p, kind)]
+        rows, cols, off = blk.rows, blk.cols, blk.offset
+        if k is not None:
+            rows, off = self.cfg.H, off + k * self.cfg.H * cols
+        if transpose:
+            return b.ext(buf, off, (cols, rows), (1, cols), self.cfg.dtype)
+        return b.ext(buf, off, (rows, cols), (cols, 1), self.cfg.dtype)
+
+    def bias(self, b, p, kind, k=None, n=None):
+        """Bias of gate k (or gates 0..n-1, or all) as a (1, width) row."""
+        blk = self.wl[(p, kind)]
+        H = self.cfg.H
+        off, width = blk.offset, blk.rows
+        if k is not None:
+            off, width = off + k * H, H
+        elif n is not None:
+            width = n * H
+        return b.ext("w", off, (1, width), (width, 1), self.cfg.dtype)
+
+    def state(self, b, name, p, b0, nb, width):
+        return b.ext(name, (p * self.geo.B + b0) * width, (nb, width), (width, 1), self.cfg.dtype)
+
+    def key(self, stage) -> tuple:
+        return ("RNN", stage, self.cfg, self.geo, self.training, tuple(sorted(self.present)), self.dropout, self.fill)
+
+    def builder(self, name):
+        return bg.GraphBuilder(name, self.cfg.cdtype)
+
+
+# -- forward -------------------------------------------------------------------------------------
+
+def build_fwd_proj(call: Call, l: int) -> bg.GraphBuilder:
+    cfg = call.cfg
+    b = call.builder(f"RNNForward.proj{l}")
+    H, g = cfg.H, cfg.g
+    X = call.X(l).whole(b)
+    if l >= 1 and call.dropout > 0:
+        mask = call.mask(l).whole(b)
+        rng_op(b, mask, call.dropout)
+        X = b.pw("MUL", X, mask, alpha1=b.scalar("scale"))
+    for d in range(cfg.D):
+        p = l * cfg.D + d
+        Gx = call.region("ws", ("Gx", d), g * H)
+
+        def biases(k=None):
+            terms = []
+            if cfg.has_bW:
+                terms.append(call.bias(b, p, "bW", k))
+            if cfg.has_bR and (cfg.mode != "GRU" or (k is not None and k < 2)):
+                terms.append(call.bias(b, p, "bR", k))
+            return terms
+        if not cfg.has_W(l):
+            for k in range(g):
+                b.add_all([X] + biases(k), out=Gx.whole(b, H, k * H))
+        elif cfg.mode == "GRU":
+            for k in range(g):
+                terms = biases(k)
+                out = Gx.whole(b, H, k * H)
+                if terms:
+                    b.add_all([b.mm(X, call.wmat(b, p, "W", k, transpose=True))] + terms, out=out)
+                else:
+                    b.mm(X, call.wmat(b, p, "W", k, transpose=True), out=out)
+        else:
+            terms = biases()
+            out = Gx.whole(b)
+            if terms:
+                b.add_all([b.mm(X, call.wmat(b, p, "W", transpose=True))] + terms, out=out)
+            else:
+                b.mm(X, call.wmat(b, p, "W", transpose=True), out=out)
+    return b
+
+
+def build_fwd_rec(call: Call, l: int) -> bg.GraphBuilder:
+    cfg, geo = call.cfg, call.geo
+    b = call.builder(f"RNNForward.rec{l}")
+    H, g, Ho, tr = cfg.H, cfg.g, cfg.Hout, call.training
+    Y = call.Y(l)
+    save = {}
+    if tr:
+        for name in ("acts", "c", "hpre", "grn"):
+            width = g * H if name == "acts" else H
+            if (name, l, 0) in call.sp.rs:
+                save[name] = [call.region("rs", (name, l, d), width) for d in range(cfg.D)]
+    for d in range(cfg.D):
+        p = l * cfg.D + d
+        Gx = call.region("ws", ("Gx", d), g * H)
+        for b0, nb, Lb in geo.blocks:
+            h = call.state(b, "hx", p, b0, nb, Ho) if "hx" in call.present else None
+            c = call.state(b, "cx", p, b0, nb, H) if (cfg.mode == "LSTM" and "cx" in call.present) else None
+            for t in (range(Lb) if d == 0 else reversed(range(Lb))):
+                def sv(name, k=0, width=H):
+                    return save[name][d].slice(b, t, b0, nb, width, k * H) if name in save else None
+                gx = [Gx.slice(b, t, b0, nb, H, k * H) for k in range(g)]
+                gr = [b.mm(h, call.wmat(b, p, "R", k, transpose=True)) if h is not None else None
+                      for k in range(g if cfg.mode != "GRU" else 2)]
+                yt = Y.slice(b, t, b0, nb, Ho, d * Ho)
+                if cfg.mode in ("RELU", "TANH"):
+                    h = b.pw(cfg.mode + "_FWD", b.add_all([gx[0], gr[0]]), out=yt)
+                elif cfg.mode == "LSTM":
+                    # without c_prev the forget gate only matters to training (dcx needs it)
+                    i, f, gg, o = (b.pw("TANH_FWD" if k == 2 else "SIGMOID_FWD", b.add_all([gx[k], gr[k]]), out=sv("acts", k))
+                                   if (k != 1 or c is not None or tr) else None for k in range(4))
+                    ig = b.pw("MUL", i, gg, out=None if (c is not None or cfg.clip) else sv("c"))
+                    cn = b.pw("ADD", b.pw("MUL", f, c), ig, out=None if cfg.clip else sv("c")) if c is not None else ig
+                    if cfg.clip:
+                        cn = b.pw("MAX", cn, b.scalar("lclip"), nan_propagation=cfg.clip)
+                        cn = b.pw("MIN", cn, b.scalar("rclip"), nan_propagation=cfg.clip, out=sv("c"))
+                    tc = b.pw("TANH_FWD", cn)
+                    if cfg.proj:
+                        hp = b.pw("MUL", o, tc, out=sv("hpre"))
+                        h = b.mm(hp, call.wmat(b, p, "Wr", transpose=True), out=yt)
+                    else:
+                        h = b.pw("MUL", o, tc, out=yt)
+                    c = cn
+                else:  # GRU
+                    r = b.pw("SIGMOID_FWD", b.add_all([gx[0], gr[0]]), out=sv("acts", 0))
+                    z = b.pw("SIGMOID_FWD", b.add_all([gx[1], gr[1]]), out=sv("acts", 1))
+                    grn = _gru_grn(b, call, p, h, nb, sv("grn"))
+                    npre = b.pw("ADD", gx[2], b.pw("MUL", r, grn)) if grn is not None else gx[2]
+                    n = b.pw("TANH_FWD", npre, out=sv("acts", 2))
+                    zn = b.pw("MUL", b.pw("NOT", z), n, out=None if h is not None else yt)
+                    h = b.pw("ADD", zn, b.pw("MUL", z, h), out=yt) if h is not None else zn
+            if "hy" in call.present:
+                b.pw("IDENTITY", h if h is not None else b.scalar("zero"), out=call.state(b, "hy", p, b0, nb, Ho))
+            if cfg.mode == "LSTM" and "cy" in call.present:
+                b.pw("IDENTITY", c if c is not None else b.scalar("zero"), out=call.state(b, "cy", p, b0, nb, H))
+    if call.fill and l == cfg.L - 1 and geo.padded:
+        for b0, nb, Lb in geo.blocks:
+            for t in range(Lb, geo.T):
+                b.pw("IDENTITY", b.scalar("fill"), out=Y.slice(b, t, b0, nb, Y.V))
+    return b
+
+
+def _gru_grn(b, call, p, h, nb, out):
+    """R_h h + bR_h (the recurrent part of the GRU new gate), or None when it is identically 0."""
+    cfg = call.cfg
+    terms = []
+    if h is not None:
+        terms.append(b.mm(h, call.wmat(b, p, "R", 2, transpose=True),
+                          out=out if not cfg.has_bR else None))
+        if not cfg.has_bR:
+            return terms[0]
+    if cfg.has_bR:
+        terms.append(call.bias(b, p, "bR", 2))
+    if not terms:
+        return b.pw("IDENTITY", b.scalar("zero"), out=out) if out is not None else None
+    if len(terms) == 1 and out is None:
+        return terms[0]
+    if len(terms) == 1:
+        return b.pw("IDENTITY", terms[0], out=out)
+    return b.pw("ADD", terms[0], terms[1], out=out)
+
+
+# -- backward data -------------------------------------------------------------------------------
+
+def build_bwd_rec(call: Call, l: int) -> bg.GraphBuilder:
+    cfg, geo = call.cfg, call.geo
+    b = call.builder(f"RNNBackwardData.rec{l}")
+    H, g, Ho = cfg.H, cfg.g, cfg.Hout
+    Y, dY = call.Y(l), call.dY(l)
+    for d in range(cfg.D):
+        p = l * cfg.D + d
+        dpre = call.region("rs", ("dpre", l, d), g * H)
+        reg = {name: call.region("rs", (name, l, d), g * H if name == "acts" else (cfg.P if name == "dr" else H))
+               for name in ("acts", "c", "hpre", "grn", "dgrn", "dr") if (name, l, d) in call.sp.rs}
+        for b0, nb, Lb in geo.blocks:
+            dh_next = call.state(b, "dhy", p, b0, nb, Ho) if "dhy" in call.present else None
+            dc_next = call.state(b, "dcy", p, b0, nb, H) if (cfg.mode == "LSTM" and "dcy" in call.present) else None
+            for t in (reversed(range(Lb)) if d == 0 else range(Lb)):
+                tp = t - 1 if d == 0 else t + 1
+                first = not (0 <= tp < Lb)
+
+                def at(name, k=0, width=H, step=t):
+                    return reg[name].slice(b, step, b0, nb, width, k * H)
+                dyt = dY.slice(b, t, b0, nb, Ho, d * Ho)
+                dp = [dpre.slice(b, t, b0, nb, H, k * H) for k in range(g)]
+                if cfg.proj:
+                    dr = b.add_all([dyt, dh_next], out=reg["dr"].slice(b, t, b0, nb, cfg.P))
+                    dh = b.mm(dr, call.wmat(b, p, "Wr"))
+                else:
+                    dh = b.add_all([dyt, dh_next])
+                if cfg.mode in ("RELU", "TANH"):
+                    ht = Y.slice(b, t, b0, nb, Ho, d * Ho)
+                    b.pw("RELU_BWD" if cfg.mode == "RELU" else "TANH_BWD_Y", dh, ht, out=dp[0])
+                    grads = dp
+                elif cfg.mode == "LSTM":
+                    i, f, gg, o = (at("acts", k) for k in range(4))
+                    ct = at("c")
+                    tc = b.pw("TANH_FWD", ct)
+                    b.pw("SIGMOID_BWD_Y", b.pw("MUL", dh, tc), o, out=dp[3])
+                    dc = b.add_all([b.pw("TANH_BWD_Y", b.pw("MUL", dh, o), tc), dc_next])
+                    if cfg.clip:
+                        inside = b.pw("MUL", b.pw("CMP_GT", ct, b.scalar("lclip")), b.pw("CMP_LT", ct, b.scalar("rclip")))
+                        dc = b.pw("MUL", dc, inside)
+                    b.pw("SIGMOID_BWD_Y", b.pw("MUL", dc, gg), i, out=dp[0])
+                    b.pw("TANH_BWD_Y", b.pw("MUL", dc, i), gg, out=dp[2])
+                    c_prev = at("c", step=tp) if not first else (
+                        call.state(b, "cx", p, b0, nb, H) if "cx" in call.present else None)
+                    if c_prev is not None:
+                        b.pw("SIGMOID_BWD_Y", b.pw("MUL", dc, c_prev), f, out=dp[1])
+                    else:
+                        b.pw("IDENTITY", b.scalar("zero"), out=dp[1])
+                    dc_next = b.pw("MUL", dc, f) if (not first or "dcx" in call.present) else None
+                    grads = dp
+                else:  # GRU
+                    r, z, n = (at("acts", k) for k in range(3))
+                    h_prev = Y.slice(b, tp, b0, nb, Ho, d * Ho) if not first else (
+                        call.state(b, "hx", p, b0, nb, Ho) if "hx" in call.present else None)
+                    dpn = b.pw("TANH_BWD_Y", b.pw("MUL", dh, b.pw("NOT", z)), n, out=dp[2])
+                    diff = b.pw("SUB", h_prev, n) if h_prev is not None else b.pw("NEG", n)
+                    b.pw("SIGMOID_BWD_Y", b.pw("MUL", dh, diff), z, out=dp[1])
+                    b.pw("SIGMOID_BWD_Y", b.pw("MUL", dpn, at("grn")), r, out=dp[0])
+                    dgrn = b.pw("MUL", dpn, r, out=at("dgrn"))
+                    grads = [dp[0], dp[1], dgrn]
+                if first and "dhx" not in call.present:
+                    dh_next = None  # no dh_prev is wanted past the first step
+                    continue
+                terms = [b.mm(gk, call.wmat(b, p, "R", k)) for k, gk in enumerate(grads)]
+                if cfg.mode == "GRU":
+                    terms.append(b.pw("MUL", dh, z))
+                dh_next = b.add_all(terms)
+            if "dhx" in call.present:
+                b.pw("IDENTITY", dh_next if dh_next is not None else b.scalar("zero"), out=call.state(b, "dhx", p, b0, nb, Ho))
+            if cfg.mode == "LSTM" and "dcx" in call.present:
+                b.pw("IDENTITY", dc_next if dc_next is not None else b.scalar("zero"), out=call.state(b, "dcx", p, b0, nb, H))
+            if geo.padded:  # zero gate gradients at padding vectors, so dX = dG W stays clean
+                for t in range(Lb, geo.T):
+                    b.pw("IDENTITY", b.scalar("zero"), out=dpre.slice(b, t, b0, nb, g * H))
+    return b
+
+
+def build_bwd_proj(call: Call, l: int) -> bg.GraphBuilder:
+    cfg = call.cfg
+    b = call.builder(f"RNNBackwardData.proj{l}")
+    H, g = cfg.H, cfg.g
+    terms = []
+    for d in range(cfg.D):
+        p = l * cfg.D + d
+        dpre = call.region("rs", ("dpre", l, d), g * H)
+        if not cfg.has_W(l):
+            terms += [dpre.whole(b, H, k * H) for k in range(g)]
+        else:
+            terms.append(b.mm(dpre.whole(b), call.wmat(b, p, "W")))
+    if l == 0:
+        b.add_all(terms, out=Seq("dx", 0, cfg.I, cfg.dtype, call.geo).whole(b))
+    elif call.dropout > 0:
+        b.pw("MUL", b.add_all(terms), call.mask(l).whole(b), alpha1=b.scalar("scale"), out=call.dY(l - 1).whole(b))
+    else:
+        b.add_all(terms, out=call.dY(l - 1).whole(b))
+    return b
+
+
+# -- backward weights ----------------------------------------------------------------------------
+
+def build_bwd_weights(call: Call) -> bg.GraphBuilder:
+    cfg, geo = call.cfg, call.geo
+    b = call.builder("RNNBackwardWeights")
+    H, g, Ho = cfg.H, cfg.g, cfg.Hout
+    acc: dict = {}  # (p, kind, first row, rows) -> [terms]
+
+    def products(A: Seq, acol, an, Bs: Seq, bcol, bn, pairs_by_block, drop_l=None):
+        """sum over valid steps of A[t]^T B[t'] -> list of (1, an, bn) terms."""
+        out = []
+        for (b0, nb, _), pairs in pairs_by_block:
+            for run in runs(geo, b0, pairs):
+                ra, rb, da, db, S = run
+                flat = collapsible(geo, run, nb)
+                at_ = A.view3(b, ra, da, S, nb, an, acol, transpose=True, collapse=flat)
+                bt_ = Bs.view3(b, rb, db, S, nb, bn, bcol, collapse=flat)
+                if drop_l is not None:
+                    mt = call.mask(drop_l).view3(b, rb, db, S, nb, bn, bcol, collapse=flat)
+                    bt_ = b.pw("MUL", bt_, mt, alpha1=b.scalar("scale"))
+                prod = b.mm(at_, bt_)
+                if prod.dims[0] > 1:
+                    red = b.virt((1, an, bn))
+                    b.op("Reduction", {"x": prod}, {"y": red}, {"mode": "ADD"})
+                    prod = red
+                out.append(prod)
+        return out
+
+    def sums(A: Seq, acol, an, pairs_by_block):
+        out = []
+        for (b0, nb, _), pairs in pairs_by_block:
+            for ra, _, da, _, S in runs(geo, b0, pairs):
+                v = A.view3(b, ra, da, S, nb, an, acol)
+                red = b.virt((1, 1, an))
+                b.op("Reduction", {"x": v}, {"y": red}, {"mode": "ADD"})
+                out.append(red)
+        return out
+
+    same = [((b0, nb, Lb), [(t, t) for t in range(Lb)]) for b0, nb, Lb in geo.blocks]
+    for l in range(cfg.L):
+        X = call.X(l)
+        drop_l = l if (l >= 1 and call.dropout > 0) else None
+        Y = call.Y(l)
+        for d in range(cfg.D):
+            p = l * cfg.D + d
+            dpre = call.region("rs", ("dpre", l, d), g * H)
+            gru = cfg.mode == "GRU"
+            dgrn = call.region("rs", ("dgrn", l, d), H) if gru else None
+            prev = [((b0, nb, Lb), [(t, t - 1) for t in range(1, Lb)] if d == 0 else [(t, t + 1) for t in range(Lb - 1)])
+                    for b0, nb, Lb in geo.blocks]
+            # input weights
+            if cfg.has_W(l):
+                acc[(p, "W", 0, g * H)] = products(dpre, 0, g * H, X, 0, X.V, same, drop_l)
+            # recurrent weights: gate gradients x h_prev (GRU new gate: dGr_n)
+            groups = [(dpre, 0, g * H, 0)] if not gru else [(dpre, 0, 2 * H, 0), (dgrn, 0, H, 2 * H)]
+            for A, acol, an, row0 in groups:
+                terms = products(A, acol, an, Y, d * Ho, Ho, prev)
+                if "hx" in call.present:
+                    for b0, nb, Lb in geo.blocks:
+                        if Lb == 0:
+                            continue
+                        t0 = 0 if d == 0 else Lb - 1
+                        r0 = geo.row(t0, b0)
+                        at_ = b.ext(A.buf, A.base + r0 * A.V + acol, (1, an, nb), (an * nb, 1, geo.bstride * A.V), A.dtype)
+                        hx = b.ext("hx", (p * geo.B + b0) * Ho, (1, nb, Ho), (nb * Ho, Ho, 1), cfg.dtype)
+                        terms.append(b.mm(at_, hx))
+                acc[(p, "R", row0, an)] = terms
+            if cfg.proj:
+                acc[(p, "Wr", 0, cfg.P)] = products(call.region("rs", ("dr", l, d), cfg.P), 0, cfg.P,
+                                                    call.region("rs", ("hpre", l, d), H), 0, H, same)
+            if cfg.has_bW or (cfg.has_bR and not gru):
+                full = sums(dpre, 0, g * H, same)
+                if cfg.has_bW:
+                    acc[(p, "bW", 0, g * H)] = full
+                if cfg.has_bR and not gru:
+                    acc[(p, "bR", 0, g * H)] = full
+            if cfg.has_bR and gru:
+                acc[(p, "bR", 0, 2 * H)] = sums(dpre, 0, 2 * H, same)
+                acc[(p, "bR", 2 * H, H)] = sums(dgrn, 0, H, same)
+    for (p, kind, row0, nrows), terms in acc.items():
+        if not terms:
+            continue
+        blk = call.wl[(p, kind)]
+        dims = (1, nrows, blk.cols) if kind in ("W", "R", "Wr") else (1, 1, nrows)
+        strides = (nrows * blk.cols, blk.cols, 1) if kind in ("W", "R", "Wr") else (nrows, nrows, 1)
+        off = blk.offset + row0 * blk.cols
+        prior = b.ext("dw", off, dims, strides, cfg.dtype, "dw_prior")
+        out = b.ext("dw", off, dims, strides, cfg.dtype, "dw")
+        b.add_all([prior] + terms, out=out)
+    return b
+
+
+# -- running a call -------------------------------------------------------------------------------
+
+def stages(call: Call, kind: str) -> list:
+    L = call.cfg.L
+    if kind == "forward":
+        out = []
+        for l in range(L):
+            out += [(f"fproj{l}", build_fwd_proj, l), (f"frec{l}", build_fwd_rec, l)]
+        return out
+    if kind == "backward_data":
+        out = []
+        for l in reversed(range(L)):
+            out += [(f"brec{l}", build_bwd_rec, l), (f"bproj{l}", build_bwd_proj, l)]
+        return out
+    return [("bweights", build_bwd_weights, None)]
+
+
+def run(handle, call: Call, kind: str, buffers: dict, values: dict) -> None:
+    """Build (or fetch) every graph of the call first, then run them in order."""
+    prepared = []
+    for stage, fn, arg in stages(call, kind):
+        key = call.key(stage)
+        prepared.append((key, bg.prepare(key, (lambda fn=fn, arg=arg: fn(call, arg) if arg is not None else fn(call)))))
+    for key, bound in prepared:
+        bg.execute(handle, key, bound, buffers, values)

@@ -1,0 +1,100 @@
+"""The convolution family on a GPU handle (CuPy arrays, whichever engine the heuristics pick),
+against the direct-loop formulas of conv_util; skipped without a CUDA GPU."""
+import numpy as np
+import pytest
+
+import cudnn_compat as cc
+from conftest import tdesc
+from conv_util import (CONV, CROSS, DOUBLE, FLOAT, HALF, NCHW, NHWC, cdesc, desc_for, fdesc, layout_strides,
+                       out_shape, ref_bwd_data, ref_bwd_filter, ref_conv)
+
+pytestmark = pytest.mark.gpu
+XS, WS, PAD, STRIDE, DIL, G = (2, 4, 7, 6), (6, 2, 3, 3), (1, 1), (1, 2), (1, 1), 2
+YS = out_shape(XS, WS, PAD, STRIDE, DIL)
+REF = dict(pad=PAD, stride=STRIDE, dil=DIL, groups=G)
+
+
+@pytest.fixture
+def gpu():
+    h = cc.create("gpu")
+    yield h
+    cc.destroy(h)
+
+
+def dev(values, layout, dtype):
+    """A CuPy buffer holding logical ``values`` in ``layout`` (NCHW or NHWC packed)."""
+    import cupy
+    if layout == "NHWC":
+        values = np.moveaxis(values, 1, -1)
+    return cupy.asarray(np.ascontiguousarray(values, dtype))
+
+
+def host(buf, layout):
+    a = buf.get().astype(np.float64)
+    return np.moveaxis(a, -1, 1) if layout == "NHWC" else a
+
+
+@pytest.mark.parametrize("layout, dtype, tol", [("NCHW", DOUBLE, 1e-12), ("NCHW", FLOAT, 1e-4), ("NHWC", FLOAT, 1e-4),
+                                                ("NCHW", HALF, 1e-2)])
+@pytest.mark.parametrize("mode", [CROSS, CONV])
+def test_three_directions(gpu, rng, layout, dtype, tol, mode):
+    st = {DOUBLE: np.float64, FLOAT: np.float32, HALF: np.float16}[dtype]
+    x, w, dy = (rng.standard_normal(s).astype(st).astype(np.float64) for s in (XS, WS, YS))
+    wfmt = NHWC if layout == "NHWC" else NCHW
+    compute = DOUBLE if dtype == DOUBLE else FLOAT
+    xd, yd, wd, cd = desc_for(XS, dtype, layout), desc_for(YS, dtype, layout), fdesc(WS, dtype, wfmt), \
+        cdesc(PAD, STRIDE, DIL, mode, compute, G)
+    xb, wb, dyb = dev(x, layout, st), dev(w, layout, st), dev(dy, layout, st)
+    yb, dxb, dwb = dev(np.full(YS, np.nan), layout, st), dev(np.zeros(XS), layout, st), dev(np.zeros(WS), layout, st)
+    data_algo = 1 if layout == "NHWC" else 0
+    cc.convolutionForward(gpu, 1.0, xd, xb, wd, wb, cd, 0, None, 0, 0.0, yd, yb)
+    cc.convolutionBackwardData(gpu, 1.0, wd, wb, yd, dyb, cd, data_algo, None, 0, 0.0, xd, dxb)
+    cc.convolutionBackwardFilter(gpu, 1.0, xd, xb, yd, dyb, cd, data_algo, None, 0, 0.0, wd, dwb)
+    for got, want in ((host(yb, layout), ref_conv(x, w, PAD, STRIDE, DIL, G, mode)),
+                      (host(dxb, layout), ref_bwd_data(dy, w, XS, PAD, STRIDE, DIL, G, mode)),
+                      (host(dwb, layout), ref_bwd_filter(x, dy, WS, PAD, STRIDE, DIL, G, mode))):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_bias_activation_and_backward_bias(gpu, rng):
+    x, w, z = rng.standard_normal(XS), rng.standard_normal(WS), rng.standard_normal(YS)
+    bias = rng.standard_normal(WS[0])
+    ad = cc.cudnnCreateActivationDescriptor()
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    yd = tdesc(YS, DOUBLE)
+    yb = dev(z, "NCHW", np.float64)  # z aliases y
+    cc.cudnnConvolutionBiasActivationForward(gpu, 0.5, tdesc(XS, DOUBLE), dev(x, "NCHW", np.float64), fdesc(WS, DOUBLE),
+                                             dev(w, "NCHW", np.float64), cdesc(PAD, STRIDE, DIL, CROSS, DOUBLE, G), 0,
+                                             None, 0, 2.0, yd, yb, tdesc((1, WS[0], 1, 1), DOUBLE),
+                                             dev(bias, "NCHW", np.float64), ad, yd, yb)
+    want = np.maximum(0.5 * ref_conv(x, w, PAD, STRIDE, DIL, G) + 2.0 * z + bias.reshape(1, -1, 1, 1), 0.0)
+    np.testing.assert_allclose(host(yb, "NCHW"), want, rtol=1e-12, atol=1e-12)
+    db = dev(np.full((1, WS[0], 1, 1), np.nan), "NCHW", np.float64)
+    cc.convolutionBackwardBias(gpu, 1.0, tdesc(YS, DOUBLE), dev(z, "NCHW", np.float64), 0.0,
+                               tdesc((1, WS[0], 1, 1), DOUBLE), db)
+    np.testing.assert_allclose(host(db, "NCHW").reshape(-1), z.sum(axis=(0, 2, 3)), rtol=1e-12)
+
+
+def test_algorithm_queries(gpu, rng):
+    import cupy
+    cd = cdesc(PAD, STRIDE, DIL, groups=G, math=cc.CUDNN_TENSOR_OP_MATH)
+    xd, wd, yd = tdesc(XS), fdesc(WS), tdesc(YS)
+    tc = int(cupy.cuda.Device().compute_capability) >= 70
+    assert cc.getConvolutionForwardAlgorithmMaxCount(gpu) == 8 + 2 * tc
+    perf = cc.getConvolutionForwardAlgorithm_v7(gpu, xd, wd, cd, yd, 20)
+    assert len(perf) == 8 + 2 * tc
+    for p in perf:
+        if p.status == cc.CUDNN_STATUS_SUCCESS:
+            assert p.memory == cc.getConvolutionForwardWorkspaceSize(gpu, xd, wd, cd, yd, p.algo) or \
+                p.mathType != cc.CUDNN_TENSOR_OP_MATH  # the size query uses convDesc's math type
+    x, w = rng.standard_normal(XS).astype(np.float32), rng.standard_normal(WS).astype(np.float32)
+    y = cupy.full(YS, np.nan, cupy.float32)
+    ws = cupy.zeros(64 << 20, cupy.uint8)
+    found = cc.findConvolutionForwardAlgorithmEx(gpu, xd, cupy.asarray(x), wd, cupy.asarray(w), cd, yd, y, 20,
+                                                 ws.data.ptr, ws.nbytes)
+    good = [p for p in found if p.status == cc.CUDNN_STATUS_SUCCESS]
+    assert good and all(p.time > 0 for p in good) and [p.time for p in good] == sorted(p.time for p in good)
+    np.testing.assert_allclose(y.get(), ref_conv(x, w, PAD, STRIDE, DIL, G), rtol=1e-3, atol=1e-3)
+    for dr_find, args in ((cc.findConvolutionBackwardDataAlgorithm, (wd, yd, cd, xd)),
+                          (cc.findConvolutionBackwardFilterAlgorithm, (xd, yd, cd, wd))):
+        assert any(p.status == cc.CUDNN_STATUS_SUCCESS for p in dr_find(gpu, *args, 20))
