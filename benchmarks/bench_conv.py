@@ -138,15 +138,13 @@ def last_plan():
 def plan_only(plan, pb: Problem, direction):
     """plan.execute with a prebuilt variant pack: the engine's own per-call cost."""
     from _backend.engines.base import VariantPack
-    from cudnn_compat._data import bind
-    uids = {"fwd": (pb.x, pb.w, pb.y), "bwd_data": (pb.x, pb.w, pb.y), "bwd_filter": (pb.x, pb.w, pb.y)}[direction]
-    h = cc.cudnnCreate("gpu")
+    bufs = (pb.x, pb.w, pb.y)  # uids 1, 2, 3 of cudnn_compat.cnn graphs
     data = {}
     for t in plan.graph.external_inputs() + plan.graph.external_outputs():
         if t.is_by_value:
             data[t.uid] = 1.0 if t.uid == 9001 else 0.0
         else:
-            data[t.uid] = bind(h, uids[t.uid - 1], t, "x")
+            data[t.uid] = bufs[t.uid - 1].data.ptr  # raw pointers, as the legacy layer binds them
     ws = cupy.empty(max(plan.workspace_size, 1), cupy.uint8)
     pack = VariantPack(data, ws, plan.workspace_size)
     return lambda: plan.execute(pack, None)

@@ -112,23 +112,30 @@ _CACHE_MAX = 128
 _lock = threading.Lock()
 
 
-def prepare(key: tuple, build) -> BoundGraph:
-    """The finalized graph for ``key``; ``build()`` returns a GraphBuilder on a miss."""
+_EMPTY = object()
+
+
+def prepare(key: tuple, build) -> "BoundGraph | None":
+    """The finalized graph for ``key``; ``build()`` returns a GraphBuilder on a miss.
+    None when the builder made no op (nothing to do for this call)."""
     with _lock:
         bound = _CACHE.get(key)
         if bound is not None:
             _CACHE.move_to_end(key)
-            return bound
-    bound = build().finish()
+            return None if bound is _EMPTY else bound
+    builder = build()
+    bound = builder.finish() if builder.ops else _EMPTY
     with _lock:
         _CACHE[key] = bound
         while len(_CACHE) > _CACHE_MAX:
             _CACHE.popitem(last=False)
-    return bound
+    return None if bound is _EMPTY else bound
 
 
 def execute(handle, key: tuple, bound: BoundGraph, buffers: dict, values: "dict | None" = None):
     """Run ``bound`` with ``buffers`` (name -> caller data) and scalar ``values`` (name -> float)."""
+    if bound is None:
+        return None
     tensors = {uid: (at(buffers[buf], off), buf) for uid, (buf, off) in bound.bindings.items()}
     scalars = {uid: float(values[name]) for uid, name in bound.scalar_names.items()}
     return _call.run(handle, key, lambda: bound.graph, tensors, scalars)
@@ -136,24 +143,34 @@ def execute(handle, key: tuple, bound: BoundGraph, buffers: dict, values: "dict 
 
 # -- buffers -------------------------------------------------------------------------
 
+def byte_view(data):
+    """``data`` as a flat uint8 array (NumPy or CuPy), or its address for pointer ints and
+    other CUDA arrays."""
+    if isinstance(data, int) and not isinstance(data, bool):
+        return data
+    if isinstance(data, np.ndarray):
+        return data.reshape(-1, order="A").view(np.uint8)
+    if type(data).__module__.split(".")[0] == "cupy":
+        import cupy
+        return data.reshape(-1, order="A").view(cupy.uint8)
+    if hasattr(data, "__cuda_array_interface__"):
+        return int(data.__cuda_array_interface__["data"][0])
+    if hasattr(data, "__dlpack__"):
+        import cupy
+        return byte_view(cupy.from_dlpack(data))
+    return data
+
+
 def at(data, nbytes: int):
     """``data`` advanced by ``nbytes`` bytes: a view for arrays, an address for pointer ints."""
     if nbytes == 0 or data is None:
         return data
-    if isinstance(data, int) and not isinstance(data, bool):
-        return data + nbytes
-    if isinstance(data, np.ndarray):
-        return data.reshape(-1, order="A").view(np.uint8)[nbytes:]
-    mod = type(data).__module__.split(".")[0]
-    if mod == "cupy":
-        import cupy
-        return data.reshape(-1, order="A").view(cupy.uint8)[nbytes:]
-    if hasattr(data, "__cuda_array_interface__"):
-        return int(data.__cuda_array_interface__["data"][0]) + nbytes
-    if hasattr(data, "__dlpack__"):
-        import cupy
-        return at(cupy.from_dlpack(data), nbytes)
-    return data  # bind() rejects it with a clear message
+    raw = byte_view(data)
+    if isinstance(raw, int):
+        return raw + nbytes
+    if raw is data:  # not an array type: bind() rejects it with a clear message
+        return data
+    return raw[nbytes:]
 
 
 def address(data):

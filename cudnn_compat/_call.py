@@ -13,7 +13,7 @@ import threading
 
 from _backend import planner
 from _backend.ir import Operation, scalar as scalar_tensor, virtual
-from ._data import bind
+from ._data import bind, device_pointer
 
 ALPHA, BETA = 9001, 9002  # uids of the output-blend scalars
 Y_PRIOR_OFFSET = 5000  # uid of "y before the call" = uid(y) + this
@@ -76,12 +76,14 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     if workspace_arg is not None:
         check_workspace(plan, workspace, workspace_size, workspace_arg)
     data = {}
+    # plans that take raw device pointers (the cudnn engine) skip building CuPy views
+    put = device_pointer if (handle.place == "gpu" and getattr(plan, "raw_pointers", False)) else None
     for uid, t in _externals(plan).items():
         if t.is_by_value:
             data[uid] = scalars[uid]
         else:
             buf, argname = tensors[uid] if uid in tensors else tensors[uid - Y_PRIOR_OFFSET]
-            data[uid] = bind(handle, buf, t, argname)
+            data[uid] = put(buf, t, argname) if put else bind(handle, buf, t, argname)
     plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
     _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
     return plan

@@ -76,6 +76,26 @@ def _device_view(data, tensor, argname: str):
     return cupy.ndarray(tensor.dims, dtype=storage, memptr=cupy.cuda.MemoryPointer(mem, 0), strides=strides)
 
 
+def device_pointer(data, tensor, argname: str) -> int:
+    """The device address of ``data`` after the checks ``bind`` makes, without building a CuPy
+    array: for GPU plans that take raw pointers (``plan.raw_pointers``, the cudnn engine)."""
+    import cupy
+    if type(data) is cupy.ndarray:
+        if not (data.flags.c_contiguous or data.flags.f_contiguous):
+            raise bad_param(argname, "must be a contiguous buffer")
+        need = extent_bytes(tensor)
+        if data.nbytes < need:
+            raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
+        return data.data.ptr
+    if isinstance(data, int) and not isinstance(data, bool):
+        if data == 0:
+            raise bad_param(argname, "is NULL")
+        return int(data)
+    if data is None:
+        raise bad_param(argname, "is NULL")
+    return _device_view(data, tensor, argname).data.ptr
+
+
 def bind(handle, data, tensor, argname: str):
     """The engine-side buffer for ``data`` described by IR ``tensor``."""
     if data is None:

@@ -48,9 +48,10 @@ WS_ALIGN = 256
 
 # -- host arrays and host-made constants (shared with attention.py and spatial.py) ----------------
 
-def host_ints(arg, count: int, argname: str) -> np.ndarray:
+def host_ints(arg, count: int, argname: str, device: bool = False) -> np.ndarray:
     """An int array argument as int32[count]: a list/tuple, a NumPy array, a host pointer int,
-    or on the GPU place a CuPy array / device pointer (copied to the host)."""
+    or a CuPy / CUDA array; with ``device`` (a device-memory argument on the GPU place) a
+    pointer int is a device pointer, copied to the host."""
     if arg is None or (isinstance(arg, int) and not isinstance(arg, bool) and arg == 0):
         if count == 0:
             return np.zeros(0, np.int32)
@@ -59,9 +60,14 @@ def host_ints(arg, count: int, argname: str) -> np.ndarray:
         check(arg >= POINTER_MIN, argname, f"{arg} is not a valid pointer")
         if count == 0:
             return np.zeros(0, np.int32)
+        if device:
+            import cupy
+            mem = cupy.cuda.UnownedMemory(arg, 4 * count, None)
+            return cupy.ndarray((count,), cupy.int32, cupy.cuda.MemoryPointer(mem, 0)).get()
         return np.ctypeslib.as_array((ctypes.c_int32 * count).from_address(arg)).copy()
-    if hasattr(arg, "get") and hasattr(arg, "__cuda_array_interface__"):  # CuPy array
-        arg = arg.get()
+    if hasattr(arg, "__cuda_array_interface__"):  # CuPy or another CUDA array
+        import cupy
+        arg = cupy.asarray(arg).get()
     try:
         arr = np.asarray(arg)
     except Exception:  # noqa: BLE001 - anything NumPy cannot read is a bad argument
@@ -186,11 +192,12 @@ def _workspace_size(dims, lmax: int) -> int:
     return -(-need // WS_ALIGN) * WS_ALIGN
 
 
-def _lengths(d, dims, labels, labelLengths, inputLengths, lmax_limit: int, names):
-    """(packed labels [N, lmax_limit], label lengths, input lengths) after the 002 §8.2.3 checks."""
+def _lengths(d, dims, labels, labelLengths, inputLengths, lmax_limit: int, names, device: bool = False):
+    """(packed labels [N, lmax_limit], label lengths, input lengths) after the 002 §8.2.3 checks;
+    ``device``: the arrays are in device memory (cudnnCTCLoss_v8 on the GPU place)."""
     t, n, a = dims
-    lab_len = host_ints(labelLengths, n, names[1])
-    in_len = host_ints(inputLengths, n, names[2])
+    lab_len = host_ints(labelLengths, n, names[1], device)
+    in_len = host_ints(inputLengths, n, names[2], device)
     for i in range(n):
         check(0 <= lab_len[i] <= MAX_LABEL_LENGTH, names[1],
               f"labelLengths[{i}] = {lab_len[i]}; label lengths must be in [0, {MAX_LABEL_LENGTH}]")
@@ -198,7 +205,7 @@ def _lengths(d, dims, labels, labelLengths, inputLengths, lmax_limit: int, names
               f"labelLengths[{i}] = {lab_len[i]} exceeds the descriptor's maxLabelLength {lmax_limit}")
         check(1 <= in_len[i] <= t, names[2],
               f"inputLengths[{i}] = {in_len[i]} does not agree with probsDesc's first dim T = {t} (must be in [1, T])")
-    flat = host_ints(labels, int(lab_len.sum()), names[0])
+    flat = host_ints(labels, int(lab_len.sum()), names[0], device)
     bad = np.nonzero((flat < 1) | (flat >= a))[0]
     check(bad.size == 0, names[0], f"labels must be in [1, A={a}) (0 is the blank), labels[{bad[0] if bad.size else 0}] is not")
     packed = np.zeros((n, max(lmax_limit, 1)), np.int32)
@@ -299,7 +306,7 @@ def CTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLengths
     pd, gd = _check_config(algo, d, probsDesc, gradientsDesc)
     _require_v8(d)
     packed, lab_len, in_len = _lengths(d, pd.dims, labels, labelLengths, inputLengths, d.maxLabelLength,
-                                       ("labels", "labelLengths", "inputLengths"))
+                                       ("labels", "labelLengths", "inputLengths"), device=h.place == "gpu")
     need = _workspace_size(pd.dims, d.maxLabelLength)
     _run(h, algo, d, pd, gd, probs, packed, lab_len, in_len, costs, gradients, workspace, workSpaceSizeInBytes, need)
 

@@ -424,6 +424,8 @@ def build_fwd_proj(call: Call, l: int) -> bg.GraphBuilder:
     cfg = call.cfg
     b = call.builder(f"RNNForward.proj{l}")
     H, g = cfg.H, cfg.g
+    if call.geo.N == 0:
+        return b
     X = call.X(l).whole(b)
     if l >= 1 and call.dropout > 0:
         mask = call.mask(l).whole(b)
@@ -482,15 +484,16 @@ def build_fwd_rec(call: Call, l: int) -> bg.GraphBuilder:
                 def sv(name, k=0, width=H):
                     return save[name][d].slice(b, t, b0, nb, width, k * H) if name in save else None
                 gx = [Gx.slice(b, t, b0, nb, H, k * H) for k in range(g)]
-                gr = [b.mm(h, call.wmat(b, p, "R", k, transpose=True)) if h is not None else None
-                      for k in range(g if cfg.mode != "GRU" else 2)]
+                # without c_prev (and outside training) the LSTM forget gate is not needed
+                skip_f = cfg.mode == "LSTM" and c is None and not tr
+                gr = [b.mm(h, call.wmat(b, p, "R", k, transpose=True)) if (h is not None and not (skip_f and k == 1))
+                      else None for k in range(g if cfg.mode != "GRU" else 2)]
                 yt = Y.slice(b, t, b0, nb, Ho, d * Ho)
                 if cfg.mode in ("RELU", "TANH"):
                     h = b.pw(cfg.mode + "_FWD", b.add_all([gx[0], gr[0]]), out=yt)
                 elif cfg.mode == "LSTM":
-                    # without c_prev the forget gate only matters to training (dcx needs it)
                     i, f, gg, o = (b.pw("TANH_FWD" if k == 2 else "SIGMOID_FWD", b.add_all([gx[k], gr[k]]), out=sv("acts", k))
-                                   if (k != 1 or c is not None or tr) else None for k in range(4))
+                                   if not (skip_f and k == 1) else None for k in range(4))
                     ig = b.pw("MUL", i, gg, out=None if (c is not None or cfg.clip) else sv("c"))
                     cn = b.pw("ADD", b.pw("MUL", f, c), ig, out=None if cfg.clip else sv("c")) if c is not None else ig
                     if cfg.clip:
@@ -504,9 +507,10 @@ def build_fwd_rec(call: Call, l: int) -> bg.GraphBuilder:
                         h = b.pw("MUL", o, tc, out=yt)
                     c = cn
                 else:  # GRU
-                    r = b.pw("SIGMOID_FWD", b.add_all([gx[0], gr[0]]), out=sv("acts", 0))
-                    z = b.pw("SIGMOID_FWD", b.add_all([gx[1], gr[1]]), out=sv("acts", 1))
                     grn = _gru_grn(b, call, p, h, nb, sv("grn"))
+                    # r only scales R_h h + bR_h: without both (and outside training) it is not needed
+                    r = b.pw("SIGMOID_FWD", b.add_all([gx[0], gr[0]]), out=sv("acts", 0)) if (grn is not None or tr) else None
+                    z = b.pw("SIGMOID_FWD", b.add_all([gx[1], gr[1]]), out=sv("acts", 1))
                     npre = b.pw("ADD", gx[2], b.pw("MUL", r, grn)) if grn is not None else gx[2]
                     n = b.pw("TANH_FWD", npre, out=sv("acts", 2))
                     zn = b.pw("MUL", b.pw("NOT", z), n, out=None if h is not None else yt)
@@ -624,6 +628,8 @@ def build_bwd_proj(call: Call, l: int) -> bg.GraphBuilder:
     cfg = call.cfg
     b = call.builder(f"RNNBackwardData.proj{l}")
     H, g = cfg.H, cfg.g
+    if call.geo.N == 0:
+        return b
     terms = []
     for d in range(cfg.D):
         p = l * cfg.D + d

@@ -26,7 +26,7 @@ from .rnn_core import Geometry, config_of, spaces
 from .rnn_desc import PADDED_IO, check_call_types, rnn_desc
 from .rnn_v8 import check_algo, check_sizes, check_state_desc, data_pair, dispatch
 from .rnn_weights import DTYPE_CODE, check_wdesc
-from .tensor import tensor_desc
+from .tensor import VECTOR_WIDTH, tensor_desc
 
 
 def desc_array(arr, n: int, argname: str) -> list:
@@ -43,7 +43,8 @@ def step_geometry(d, seqLength, xDesc, argname="xDesc"):
     """(config, geometry) from per-step input descriptors; the batch may only shrink."""
     xds = desc_array(xDesc, seqLength, argname)
     x0 = xds[0]
-    check(x0.dtype in DTYPE_CODE, f"{argname}[0]", f"data type {x0.dtype} is not HALF, FLOAT or DOUBLE")
+    if x0.dtype not in DTYPE_CODE or x0.dataType in VECTOR_WIDTH:
+        raise not_supported(f"{argname}[0]", f"data type {x0.dtype} is not HALF, FLOAT or DOUBLE")
     batches = []
     for t, xd in enumerate(xds):
         name = f"{argname}[{t}]"

@@ -14,14 +14,14 @@ import numpy as np
 from _backend import dtypes
 from _backend.ir import packed_strides
 from . import _bound_graph as bg
-from .errors import CUDNN_STATUS_INVALID_VALUE, check
+from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
 from .handle import get_handle
 from ._descriptor import resolve
 from ._registry import legacy
 from .enums import ENUMS
 from .rnn_core import GATES, RNN_MODES, config_of, lin_layer, weight_space_size
 from .rnn_desc import check_call_types, rnn_desc, v8_desc
-from .tensor import DTYPE_NAME, FilterDescriptor, TensorDescriptor, filter_desc, tensor_desc
+from .tensor import VECTOR_WIDTH, FilterDescriptor, TensorDescriptor, filter_desc, tensor_desc
 
 _DT = ENUMS["cudnnDataType_t"]
 _NCHW = ENUMS["cudnnTensorFormat_t"]["CUDNN_TENSOR_NCHW"]
@@ -30,13 +30,11 @@ DTYPE_CODE = {"float16": _DT["CUDNN_DATA_HALF"], "float32": _DT["CUDNN_DATA_FLOA
 
 def region(data, offset_bytes: int, dims: tuple, dtype: str):
     """The sub-buffer of ``data`` holding a block: a pointer int, or a typed array view."""
-    if isinstance(data, int) and not isinstance(data, bool):
-        return data + offset_bytes
-    raw = bg.at(data, offset_bytes)
+    raw = bg.byte_view(data)
     if isinstance(raw, int):
-        return raw
-    n = int(np.prod(dims))
-    return raw[: n * dtypes.itemsize(dtype)].view(dtypes.storage_dtype(dtype)).reshape(dims)
+        return raw + offset_bytes
+    n = int(np.prod(dims)) * dtypes.itemsize(dtype)
+    return raw[offset_bytes:offset_bytes + n].view(dtypes.storage_dtype(dtype)).reshape(dims)
 
 
 def _check_ids(cfg, pseudoLayer, linLayerID, bias_only=False):
@@ -92,7 +90,8 @@ def legacy_config(d, xDesc, argname="xDesc"):
     check(xd.nbDims >= 2 and all(v == 1 for v in xd.dims[2:]), argname,
           f"must be [batch, inputSize, 1], got {list(xd.dims)}")
     check(tuple(xd.strides) == packed_strides(xd.dims), argname, "must be fully packed")
-    check(xd.dtype in DTYPE_CODE and xd.dataType in DTYPE_NAME, argname, f"data type {xd.dtype} is not HALF, FLOAT or DOUBLE")
+    if xd.dtype not in DTYPE_CODE or xd.dataType in VECTOR_WIDTH:
+        raise not_supported(argname, f"data type {xd.dtype} is not HALF, FLOAT or DOUBLE")
     check_call_types(d, DTYPE_CODE[xd.dtype], xd.dims[1], argname)
     return config_of(d, DTYPE_CODE[xd.dtype], xd.dims[1]), xd
 

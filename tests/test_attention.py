@@ -7,8 +7,8 @@ import pytest
 import cudnn_compat as cc
 
 T, B, BEAM, V = 0, 1, 2, 3  # cudnnSeqDataAxis_t
-F32, F64 = cc.CUDNN_DATA_FLOAT, cc.CUDNN_DATA_DOUBLE
-NP = {F32: np.float32, F64: np.float64}
+F16, F32, F64 = cc.CUDNN_DATA_HALF, cc.CUDNN_DATA_FLOAT, cc.CUDNN_DATA_DOUBLE
+NP = {F16: np.float16, F32: np.float32, F64: np.float64}
 KINDS = {"q": cc.CUDNN_MH_ATTN_Q_WEIGHTS, "k": cc.CUDNN_MH_ATTN_K_WEIGHTS, "v": cc.CUDNN_MH_ATTN_V_WEIGHTS,
          "o": cc.CUDNN_MH_ATTN_O_WEIGHTS, "bq": cc.CUDNN_MH_ATTN_Q_BIASES, "bk": cc.CUDNN_MH_ATTN_K_BIASES,
          "bv": cc.CUDNN_MH_ATTN_V_BIASES, "bo": cc.CUDNN_MH_ATTN_O_BIASES}
@@ -166,6 +166,14 @@ def test_forward_matches_formula(handle, rng, name):
     s = Setup(handle, rng, **CONFIGS[name])
     got = s.logical(s.forward())
     np.testing.assert_allclose(got, s.expected(), rtol=2e-5, atol=2e-5)
+
+
+def test_half_data(handle, rng):
+    s = Setup(handle, rng, dtype=F16)
+    s.Q, s.K, s.Vv = (from_buf(s.bufs[n].astype(np.float64), x.shape, s.axes) for n, x in
+                      (("q", s.Q), ("k", s.K), ("v", s.Vv)))  # the formula sees the half-rounded inputs
+    got = s.logical(s.forward()).astype(np.float64)
+    np.testing.assert_allclose(got, s.expected(), rtol=1e-2, atol=1e-2)
 
 
 def test_causal_window_and_lengths(handle, rng):
@@ -481,3 +489,39 @@ def test_both_spellings():
                    "cudnnMultiHeadAttnBackwardWeights"):
         cupy_name = c_name[5].lower() + c_name[6:]
         assert getattr(cc, c_name) is getattr(cc, cupy_name)
+
+
+# -- GPU place (CuPy buffers, whichever engine the heuristics pick) against the CPU place -----------------
+
+@pytest.mark.gpu
+def test_gpu_place_matches_cpu(handle, rng):
+    import cupy
+    gpu = cc.cudnnCreate("gpu")
+    s = Setup(handle, rng, **GRAD_CONFIGS["all_projections_biases"])
+    dout = rng.standard_normal(int(np.prod(s.out_shape))).astype(np.float32)
+    reserve = np.zeros(s.rsize, np.uint8)
+    want_out = s.forward(reserve=reserve)
+    want = [np.zeros_like(s.bufs[n]) for n in "qkv"]
+    cc.cudnnMultiHeadAttnBackwardData(handle, s.attn, s.lo, s.hi, None, None, s.od, dout, s.qd, want[0], s.bufs["q"],
+                                      s.kd, want[1], s.bufs["k"], s.vd, want[2], s.bufs["v"], s.wsize, s.wbuf, 0, None,
+                                      reserve.nbytes, reserve)
+    want_dw = np.zeros_like(s.wbuf)
+    cc.cudnnMultiHeadAttnBackwardWeights(handle, s.attn, cc.CUDNN_WGRAD_MODE_SET, s.qd, s.bufs["q"], s.kd, s.bufs["k"],
+                                         s.vd, s.bufs["v"], s.od, dout, s.wsize, s.wbuf, want_dw, 0, None,
+                                         reserve.nbytes, reserve)
+    d = {n: cupy.asarray(s.bufs[n]) for n in "qkv"}
+    w, res, dd = cupy.asarray(s.wbuf), cupy.zeros(s.rsize, cupy.uint8), cupy.asarray(dout)
+    out = cupy.zeros(want_out.size, cupy.float32)
+    cc.cudnnMultiHeadAttnForward(gpu, s.attn, -1, s.lo, s.hi, None, None, s.qd, d["q"], None, s.kd, d["k"], s.vd, d["v"],
+                                 s.od, out, s.wsize, w, 0, None, s.rsize, res)
+    got = [cupy.zeros(s.bufs[n].size, cupy.float32) for n in "qkv"]
+    cc.cudnnMultiHeadAttnBackwardData(gpu, s.attn, s.lo, s.hi, None, None, s.od, dd, s.qd, got[0], d["q"], s.kd, got[1],
+                                      d["k"], s.vd, got[2], d["v"], s.wsize, w, 0, None, s.rsize, res)
+    dw = cupy.zeros_like(w)
+    cc.cudnnMultiHeadAttnBackwardWeights(gpu, s.attn, cc.CUDNN_WGRAD_MODE_SET, s.qd, d["q"], s.kd, d["k"], s.vd, d["v"],
+                                         s.od, dd, s.wsize, w, dw, 0, None, s.rsize, res)
+    np.testing.assert_allclose(out.get(), want_out, rtol=1e-4, atol=1e-5)
+    for g, wnt in zip(got, want):
+        np.testing.assert_allclose(g.get(), wnt, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dw.get(), want_dw, rtol=1e-4, atol=1e-5)
+    cc.cudnnDestroy(gpu)

@@ -238,3 +238,28 @@ def test_workspace_queries_agree_and_check_descriptors(handle):
     with pytest.raises(cc.CuDNNError) as e:
         cc.cudnnGetCTCLossWorkspaceSize(handle, pd, pd, [1, 2, 3], [2, 1], [4, 3], 9, d)
     assert e.value.status == cc.CUDNN_STATUS_NOT_SUPPORTED
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("v8", [False, True])
+def test_gpu_place_matches_cpu(handle, rng, v8):
+    import cupy
+    gpu = cc.cudnnCreate("gpu")
+    t, a, labels, lab_len, in_len = CASES[0]
+    u = rng.standard_normal((t, len(lab_len), a)).astype(np.float32)
+    want_c, want_g = run_ctc(handle, u, labels, lab_len, in_len, v8=v8)
+    pd = tdesc(u.shape)
+    d = ctc_desc(SOFTMAX, cc.CUDNN_NOT_PROPAGATE_NAN, max(lab_len) if v8 else None)
+    costs, grads = cupy.zeros(u.shape[1], cupy.float32), cupy.zeros(u.shape, cupy.float32)
+    if v8:
+        ws = cc.cudnnGetCTCLossWorkspaceSize_v8(gpu, DET, d, pd, pd)
+        dev = [cupy.asarray(np.asarray(x, np.int32)) for x in (labels, lab_len, in_len)]
+        cc.cudnnCTCLoss_v8(gpu, DET, d, pd, cupy.asarray(u), dev[0].data.ptr, dev[1], dev[2], costs, pd, grads, ws,
+                           cupy.zeros(ws, cupy.uint8))
+    else:
+        ws = cc.cudnnGetCTCLossWorkspaceSize(gpu, pd, pd, labels, lab_len, in_len, DET, d)
+        cc.cudnnCTCLoss(gpu, pd, cupy.asarray(u), labels, lab_len, in_len, costs, pd, grads, DET, d,
+                        cupy.zeros(ws, cupy.uint8), ws)
+    np.testing.assert_allclose(costs.get(), want_c, rtol=1e-5)
+    np.testing.assert_allclose(grads.get(), want_g, rtol=1e-5, atol=1e-6)
+    cc.cudnnDestroy(gpu)

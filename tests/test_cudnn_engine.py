@@ -706,3 +706,27 @@ def test_mode_a_autotunes_the_first_configs(rng, monkeypatch):
     assert timed and len(timed) >= 2, timed
     assert str(plan.config) == min(timed, key=lambda ct: ct[1])[0]
     plan.release()
+
+
+@gpu
+def test_misaligned_pointer_through_the_api_falls_back_with_views(rng):
+    """A raw pointer the native plan cannot take (2-byte offset): the cudnn plan declines before
+    writing, the planner reruns the call on the next engine, which gets CuPy views."""
+    import cupy
+    c = CASES["3x3"]
+    xd, wd, yd = _problem(c)
+    x = _host(rng.standard_normal(int(np.prod(xd))) * 0.5, "float16")
+    w = _host(rng.standard_normal(int(np.prod(wd))) * 0.5, "float16")
+    descs = (_tdesc(xd, "float16", "NHWC"), _fdesc(wd, "float16", "NHWC"), _tdesc(yd, "float16", "NHWC"), _cdesc(c))
+    cc.plan_cache_clear()
+    gh = cc.cudnnCreate("gpu")
+    big = cupy.zeros(x.size + 1, np.float16)
+    big[1:] = cupy.asarray(x)
+    y = cupy.zeros(int(np.prod(yd)), np.float16)
+    _run_direction(gh, "FWD", cupy, descs, (big.data.ptr + 2, cupy.asarray(w), y), 1.0, 0.0)
+    engines, plans = _engine_of_cached()
+    assert "cudnn" not in engines[-1:], engines
+    ch = cc.cudnnCreate("cpu")
+    yc = np.zeros(int(np.prod(yd)), np.float16)
+    _run_direction(ch, "FWD", np, descs, (x.copy(), w.copy(), yc), 1.0, 0.0)
+    _close(_f64(y, "float16"), _f64(yc, "float16"), "float16", "fallback after a misaligned pointer")

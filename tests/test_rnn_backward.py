@@ -45,10 +45,15 @@ def check_gradients(handle, rng, mode, D=1, L=2, layout=SEQ, lengths=(2, 3, 2), 
     cx = rng.standard_normal((L * D, B, H)) if states else None
     ys, hy, cy, st = forward(handle, net, xs, layout, lengths, T, hx, cx, training=True)
     drop = None
-    if dropout is not None:  # layer 1's input mask: Philox over the (rows, D*P) layer-0 output buffer
-        p = cc.cudnnGetDropoutDescriptor(dropout, handle)[0]
-        m = expected_mask(kw.get("seed", 77), 0, T * B * D * P, p).reshape(T, B, D * P)
-        drop = ({1: [m[:, b] for b in range(B)]}, np.float64(np.float32(1) / (np.float32(1) - np.float32(p))))
+    if dropout is not None:
+        # layer l's input mask: Philox over the (rows, D*P) output buffer of layer l-1 (SEQ layout:
+        # row t*B + b), counters continuing from one layer to the next
+        p, _, seed = cc.cudnnGetDropoutDescriptor(dropout, handle)
+        n, masks = T * B * D * P, {}
+        for l in range(1, L):
+            m = expected_mask(seed, (l - 1) * math.ceil(n / 4), n, p).reshape(T, B, D * P)
+            masks[l] = [m[:, b] for b in range(B)]
+        drop = (masks, np.float64(np.float32(1) / (np.float32(1) - np.float32(p))))
     want = reference(net, xs, hx, cx if lstm else None, drop)
     for a, b in zip(ys, want[0]):
         np.testing.assert_allclose(a, b, atol=1e-12)
@@ -146,8 +151,8 @@ def test_gradients_with_interlayer_dropout(handle, rng):
     d = cc.cudnnCreateDropoutDescriptor()
     st = np.zeros(cc.cudnnDropoutGetStatesSize(handle), np.uint8)
     cc.cudnnSetDropoutDescriptor(d, handle, 0.5, st, st.size, 77)
-    check_gradients(handle, rng, cc.CUDNN_LSTM, 2, layout=SEQ, lengths=(3, 3, 3), dropout=d)
-    assert int(st[8:12].view(np.int32)[0]) == math.ceil(3 * 3 * 2 * 2 / 4)  # the offset advanced
+    check_gradients(handle, rng, cc.CUDNN_LSTM, 2, L=3, layout=SEQ, lengths=(2, 2), T=2, dropout=d)
+    assert int(st[8:12].view(np.int32)[0]) == 2 * math.ceil(2 * 2 * 2 * 2 / 4)  # two masks drawn
 
 
 def test_weight_gradients_accumulate(handle, rng):

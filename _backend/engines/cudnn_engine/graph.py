@@ -1,11 +1,11 @@
 """Our IR graph -> a cuDNN 9 backend operation graph (000 "Graph API", "Supported graph
 patterns"; 002 ch. 9 for the descriptors).
 
-Two steps.  ``translate(graph)`` is pure Python (runs anywhere, tested on the CPU): it
-pattern-matches the IR graph and returns a ``Native`` spec, or raises ``Decline`` with a
-plain-language reason.  ``NativeGraph(spec, handle, values)`` then creates and
-finalizes the backend descriptors (tensors, operations, operation graph) through ``lib``;
-``values`` are the scalars the spec bakes into attributes (``Native.baked``).
+Two steps.  ``candidates(graph)`` is pure Python (runs anywhere, tested on the CPU): it
+pattern-matches the IR graph and returns ``Native`` specs, best first, or raises
+``Decline`` with a plain-language reason.  ``NativeGraph(spec, handle, values)`` then
+creates and finalizes the backend descriptors (tensors, operations, operation graph)
+through ``lib``; ``values`` are the scalars the spec bakes into attributes (``Native.baked``).
 
 Patterns
   conv_blend      one ConvolutionForward/BackwardData/BackwardFilter writing a virtual
@@ -17,9 +17,13 @@ Patterns
                   one native plan per (alpha, beta) value pair.  A convolution writing a
                   non-virtual tensor directly is the same pattern with alpha=1, beta=0.
   fusion          one main op (convolution of any direction, or Matmul) followed by a DAG
-                  of Pointwise ops: a runtime-fusion graph ("g2" epilogue).  ConvBiasAct is
-                  this pattern.  A Pointwise alpha1/alpha2 (by-value scalar) becomes a MUL
-                  by a by-value backend tensor, so values change per call without a new plan.
+                  of Pointwise ops: one runtime-fusion graph ("g2" epilogue); virtual
+                  tensors take the output's memory order.  ConvBiasAct is this pattern.
+                  Pointwise alpha1/alpha2 scalars are first tried as the ops' ALPHA1/ALPHA2
+                  attributes (baked like conv alpha/beta; an IDENTITY(alpha1) feeding an ADD
+                  folds into that ADD, the ConvBiasAct shape of 000), then as MUL by by-value
+                  backend tensors (values change per call without a new plan).
+                  A conv_blend graph is also offered as a fusion graph, second.
 Anything else declines (see ``DECLINED_KINDS``).
 """
 from __future__ import annotations

@@ -23,16 +23,33 @@ SUBPLANS = 8  # native plans (one per tuple of baked scalar values) kept per pla
 
 
 def _ptr(buf) -> int:
+    if type(buf) is int:  # a raw pointer (cudnn_compat._data.device_pointer)
+        return buf
     try:
         return buf.data.ptr  # cupy.ndarray
     except AttributeError:
         pass
     if isinstance(buf, int):
-        return buf
+        return int(buf)
     p = getattr(buf, "ptr", None)  # cupy MemoryPointer
     if p is not None:
         return int(p)
     return int(buf.__cuda_array_interface__["data"][0])
+
+
+def _views_for_fallback(graph, data: dict) -> None:
+    """Replace raw pointer ints in ``data`` by strided CuPy views, as ``bind`` makes them."""
+    import cupy
+    from ... import dtypes
+    tensors = {t.uid: t for t in graph.external_inputs() + graph.external_outputs()}
+    for uid, buf in list(data.items()):
+        t = tensors.get(uid)
+        if type(buf) is int and t is not None and not t.is_by_value:
+            storage = dtypes.storage_dtype(t.dtype)
+            span = (1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))) * storage.itemsize
+            mem = cupy.cuda.UnownedMemory(buf, span, None)
+            data[uid] = cupy.ndarray(t.dims, dtype=storage, memptr=cupy.cuda.MemoryPointer(mem, 0),
+                                     strides=tuple(s * storage.itemsize for s in t.strides))
 
 
 class CudnnPlan(ExecutionPlan):
@@ -66,8 +83,17 @@ class CudnnPlan(ExecutionPlan):
         self.sub_configs: dict = {}  # key -> config, where the plan's own config rejected the values
         self.autotune = None  # [(config, ms)] when the config was chosen by timing
 
+    raw_pointers = True  # the legacy layer may bind device pointers as plain ints
+
     # -- per call -------------------------------------------------------------------------
     def execute(self, pack, stream=None) -> None:
+        try:
+            self._execute_pack(pack, stream)
+        except EngineDeclined:
+            _views_for_fallback(self.graph, pack.data)  # the next engine gets CuPy arrays
+            raise
+
+    def _execute_pack(self, pack, stream) -> None:
         sptr = 0 if stream is None else int(getattr(stream, "ptr", stream) or 0)
         handle = _lib.handle_for(self.device, sptr)
         data = pack.data
