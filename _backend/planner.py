@@ -7,7 +7,7 @@ import logging
 import time
 
 from .engines.base import EngineDeclined, VariantPack
-from .heuristics import get_engine_configs
+from .heuristics import forced_engine, get_engine_configs
 from .ir import GraphError
 from .plan_cache import CACHE
 
@@ -50,7 +50,11 @@ def _log_plan(graph, plan):
 
 
 def get_plan(key, build_graph, place: str, mode: str = "A"):
-    """Cached plan for ``key``; on a miss ``build_graph()`` makes the graph."""
+    """Cached plan for ``key``; on a miss ``build_graph()`` makes the graph.  A forced engine
+    (``CUDNN_COMPAT_ENGINE``) is part of the key, so changing it never reuses another engine's plan."""
+    forced = forced_engine()
+    if forced:
+        key = key + (("engine", forced),)
     plan = CACHE.get(key)
     if plan is None:
         plan = make_plan(build_graph(), place, mode)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from _backend import planner
 from _backend.ir import Operation, scalar as scalar_tensor, virtual
 from ._data import bind, device_pointer
@@ -75,7 +77,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     plan = planner.get_plan(key, build, handle.place)
     if workspace_arg is not None:
         check_workspace(plan, workspace, workspace_size, workspace_arg)
-    data = {}
+    data, staged = {}, {}
     # plans that take raw device pointers (the cudnn engine) skip building CuPy views
     put = device_pointer if (handle.place == "gpu" and getattr(plan, "raw_pointers", False)) else None
     for uid, t in _externals(plan).items():
@@ -83,10 +85,33 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
             data[uid] = scalars[uid]
         else:
             buf, argname = tensors[uid] if uid in tensors else tensors[uid - Y_PRIOR_OFFSET]
+            if handle.place == "gpu" and isinstance(buf, np.ndarray):
+                buf = staged[id(buf)] = staged.get(id(buf)) or stage_to_device(buf, argname)
             data[uid] = put(buf, t, argname) if put else bind(handle, buf, t, argname)
     plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
+    if staged:
+        copy_back(plan, tensors, staged)
     _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
     return plan
+
+
+def stage_to_device(host: np.ndarray, argname: str):
+    """A NumPy argument on a GPU handle: its bytes go to a device copy (architecture.md
+    "Data arguments"); outputs are copied back after the call."""
+    import cupy
+    if not (host.flags.c_contiguous or host.flags.f_contiguous):
+        from .errors import bad_param
+        raise bad_param(argname, "must be a contiguous buffer (legacy calls take a pointer, not a strided array)")
+    return cupy.asarray(host.reshape(-1, order="A").view(np.uint8))
+
+
+def copy_back(plan, tensors: dict, staged: dict) -> None:
+    for t in plan.graph.external_outputs():
+        if t.uid in tensors:
+            host = tensors[t.uid][0]
+            dev = staged.get(id(host))
+            if dev is not None:
+                host.reshape(-1, order="A").view(np.uint8)[...] = dev.get()
 
 
 _LAST = threading.local()

@@ -258,11 +258,17 @@ def getRNNDescriptor(handle, rnnDesc) -> tuple:
 
 # -- single-setting setters and getters (002: deprecated in favour of the v8 pair) ------------
 
+def _changed(d):
+    """Settings changed; a descriptor never set by a full setter stays unset."""
+    if d.api:
+        d.touched()
+
+
 @legacy("cudnnSetRNNMatrixMathType")
 def setRNNMatrixMathType(rnnDesc, mType) -> None:
     d = rnn_desc(rnnDesc, need_set=False)
     d.mathType = _enum("cudnnMathType_t", mType, "mType")
-    d.touched() if d.api else None
+    _changed(d)
 
 
 @legacy("cudnnGetRNNMatrixMathType")
@@ -276,7 +282,7 @@ def setRNNBiasMode(rnnDesc, biasMode) -> None:
     biasMode = _enum("cudnnRNNBiasMode_t", biasMode, "biasMode")
     _check_bias_algo(biasMode, d.algo)
     d.biasMode = biasMode
-    d.touched() if d.api else None
+    _changed(d)
 
 
 @legacy("cudnnGetRNNBiasMode")
@@ -289,7 +295,7 @@ def setRNNPaddingMode(rnnDesc, paddingMode) -> None:
     d = rnn_desc(rnnDesc, need_set=False)
     mode = _enum("cudnnRNNPaddingMode_t", paddingMode, "paddingMode")
     d.auxFlags = (d.auxFlags & ~PADDED_IO) | (PADDED_IO if mode == PADDED_IO else 0)
-    d.touched() if d.api else None
+    _changed(d)
 
 
 @legacy("cudnnGetRNNPaddingMode")

@@ -26,7 +26,7 @@ DTYPE_NAME = {
     D["CUDNN_DATA_INT8x4"]: "int8", D["CUDNN_DATA_UINT8x4"]: "uint8", D["CUDNN_DATA_INT8x32"]: "int8",
 }
 VECTOR_WIDTH = {D["CUDNN_DATA_INT8x4"]: 4, D["CUDNN_DATA_UINT8x4"]: 4, D["CUDNN_DATA_INT8x32"]: 32}
-MAX_ELEMENTS = 2 ** 31  # 002 §2.2: a tensor may span at most 2 giga-elements
+MAX_ELEMENTS = 2 ** 31  # 002 §2.2: a tensor must span fewer than 2 giga-elements (libcudnn refuses 2^31)
 
 
 def packed_strides(fmt: int, dims) -> list:
@@ -101,7 +101,7 @@ def _check_dims(dims, argname="dimA"):
     total = 1
     for d in dims:
         total *= int(d)
-    if total > MAX_ELEMENTS:
+    if total >= MAX_ELEMENTS:
         raise not_supported(argname, f"{total} elements exceed the 2^31 element limit")
 
 
@@ -109,7 +109,7 @@ def _check_strides(dims, strides, argname="strideA"):
     for i, s in enumerate(strides):
         check(int(s) >= 0, argname, f"stride {i} is {s}; strides must not be negative")
     span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
-    if span > MAX_ELEMENTS:
+    if span >= MAX_ELEMENTS:
         raise not_supported(argname, f"the tensor spans {span} elements, over the 2^31 limit")
 
 

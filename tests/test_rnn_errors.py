@@ -133,7 +133,6 @@ def test_forward_valid_arguments_run(setup):
 
 
 def _fwd_cases(handle):
-    F = cc.CUDNN_FWD_MODE_TRAINING
     return [
         ("NULL xDesc", dict(xDesc=None), BAD, "xDesc"),
         ("NULL yDesc", dict(yDesc=0), BAD, "yDesc"),
