@@ -62,9 +62,15 @@ def get_plan(key, build_graph, place: str, mode: str = "A"):
     return plan
 
 
+def _out_of_memory(e: BaseException) -> bool:
+    return any(c.__name__ in ("OutOfMemoryError", "MemoryError") for c in type(e).__mro__)
+
+
 def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=None, key=None):
-    """Run ``plan``; when its engine fails at execute time, evict it and rebuild on the next
-    engine in heuristics order (the failed engine must raise before writing outputs)."""
+    """Run ``plan``; when its engine fails at execute time (it declines, or raises), log it,
+    evict the cached plan and rebuild on the next engine in heuristics order (003: fall back
+    rather than fail).  Engines must fail before writing outputs.  Running out of memory is
+    CUDNN_STATUS_ALLOC_FAILED, not a fallback; the reference engine's own errors propagate."""
     pack = VariantPack(data, workspace, workspace_size)
     tried = []
     while True:
@@ -74,13 +80,21 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
             plan.last_time = time.perf_counter() - t0
             return plan
         except EngineDeclined as e:
-            tried.append(plan.engine)
-            log.warning("engine %s failed at execute (%s); falling back", plan.engine, e.reason)
-            if key is not None:
-                CACHE.evict(key)
-            plan = make_plan(plan.graph, plan.place, exclude=tried)
-            if key is not None:
-                CACHE.put(key, plan)
+            reason = e.reason
+            log.warning("engine %s declined at execute (%s); falling back", plan.engine, reason)
+        except Exception as e:
+            if _out_of_memory(e):
+                raise GraphError("WORKSPACE_ALLOCATION", f"engine {plan.engine} ran out of memory: {e}", "ALLOC_FAILED") from None
+            if plan.engine == "reference":
+                raise
+            reason = f"{type(e).__name__}: {e}"
+            log.error("engine %s failed at execute (%s); falling back", plan.engine, reason, exc_info=True)
+        tried.append(plan.engine)
+        if key is not None:
+            CACHE.evict(key)
+        plan = make_plan(plan.graph, plan.place, exclude=tried)
+        if key is not None:
+            CACHE.put(key, plan)
 
 
 def run(key, build_graph, data: dict, place: str, workspace=None, workspace_size: int = 0, stream=None):

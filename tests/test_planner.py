@@ -138,3 +138,40 @@ def test_threads_share_handle_and_cache(handle):
         np.testing.assert_allclose(results[k].reshape(s), np.broadcast_to(want.reshape(1, -1, 1, 1), s))
     info = cc.plan_cache_info()
     assert info.hits + info.misses == 8 * calls_per_thread and info.misses == 8
+
+
+class CrashingEngine(FaultyEngine):
+    """An engine whose execute raises an arbitrary exception (a bug), or runs out of memory."""
+    name = "crashing"
+    exc = KeyError(19)
+
+    def build(self, graph, config):
+        eng = self
+
+        class Plan(ExecutionPlan):
+            def execute(self, pack, stream=None):
+                eng.runs += 1
+                raise eng.exc
+        return Plan(graph, config)
+
+
+def test_engine_crash_falls_back_and_oom_is_alloc_failed(monkeypatch, handle, caplog):
+    eng = CrashingEngine()
+    monkeypatch.setitem(REGISTRY.engines, "crashing", eng)
+    monkeypatch.setitem(heuristics.ORDER, "cpu", ("crashing", "reference"))
+    cc.plan_cache_clear()
+    d = tdesc((1, 2, 1, 1))
+    y = np.zeros(2, np.float32)
+    with caplog.at_level("ERROR", logger="cudnn_compat"):
+        cc.setTensor(handle, d, y, 3.0)
+    assert np.all(y == 3.0) and "KeyError" in caplog.text
+    cc.plan_cache_clear()
+
+    class OutOfMemoryError(Exception):
+        pass
+    eng.exc = OutOfMemoryError("workspace")
+    y[...] = 0
+    with pytest.raises(cc.CuDNNError) as e:
+        cc.setTensor(handle, d, y, 3.0)
+    assert e.value.status == cc.CUDNN_STATUS_ALLOC_FAILED and np.all(y == 0)
+    cc.plan_cache_clear()
