@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 # Family modules register their functions with ``_registry.legacy`` on import.
 _FAMILIES = ["handle", "tensor", "tensor_ops", "cnn", "activation", "softmax", "pooling", "lrn", "batchnorm", "dropout", "rnn", "attention", "ctc", "spatial",
-             "normalization", "fused_ops", "transform", "algorithm", "misc", "conv_legacy"]
+             "normalization", "fused_ops", "transform", "algorithm", "misc", "conv_legacy", "backend_api"]
 for _m in _FAMILIES:
     try:
         importlib.import_module(f"{__name__}.{_m}")
@@ -31,6 +31,8 @@ globals().update({k: v for k, v in vars(_enums).items() if k.isupper()})
 globals().update({k: v for _vals in _enums.ENUMS.values() for k, v in _vals.items()})  # also CUDNN_DATA_INT8x4 & co.
 globals().update(STATUS)
 globals().update(exported())
+
+from .shim import install_cupy_shim, uninstall_cupy_shim  # noqa: E402,F401 - CuPy 13 cuDNN names under CuPy 14
 
 
 def plan_cache_info():

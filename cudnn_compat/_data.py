@@ -30,9 +30,23 @@ def extent_bytes(tensor) -> int:
     return span * dtypes.itemsize(tensor.dtype)
 
 
+def layout(tensor) -> tuple:
+    """(storage dtype, bytes spanned, byte strides) of an IR tensor, computed once per tensor
+    object: plans keep their tensors, so a cached call pays a dict lookup here."""
+    spec = tensor.__dict__.get("_layout")
+    if spec is None:
+        storage = dtypes.storage_dtype(tensor.dtype)
+        spec = (storage, extent_bytes(tensor), tuple(s * storage.itemsize for s in tensor.strides))
+        object.__setattr__(tensor, "_layout", spec)
+    return spec
+
+
 def _host_view(data, tensor, argname: str) -> np.ndarray:
-    storage = dtypes.storage_dtype(tensor.dtype)
-    need = extent_bytes(tensor)
+    storage, need, strides = layout(tensor)
+    if type(data) is np.ndarray and data.flags.c_contiguous:  # the common case, kept short
+        if data.nbytes < need:
+            raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
+        return np.ndarray(tensor.dims, dtype=storage, buffer=data, offset=0, strides=strides)
     if isinstance(data, np.ndarray):
         if not (data.flags.c_contiguous or data.flags.f_contiguous):
             raise bad_param(argname, "must be a contiguous buffer (legacy calls take a pointer, not a strided array)")
@@ -45,14 +59,12 @@ def _host_view(data, tensor, argname: str) -> np.ndarray:
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * need).from_address(data))
     else:
         raise bad_param(argname, f"must be a NumPy array or a host pointer int on the CPU place, got {type(data).__name__}")
-    strides = tuple(s * storage.itemsize for s in tensor.strides)
     return np.ndarray(tensor.dims, dtype=storage, buffer=raw, offset=0, strides=strides)
 
 
 def _device_view(data, tensor, argname: str):
     import cupy
-    storage = dtypes.storage_dtype(tensor.dtype)
-    need = extent_bytes(tensor)
+    storage, need, strides = layout(tensor)
     if isinstance(data, cupy.ndarray):
         if not (data.flags.c_contiguous or data.flags.f_contiguous):
             raise bad_param(argname, "must be a contiguous buffer")
@@ -72,7 +84,6 @@ def _device_view(data, tensor, argname: str):
     else:
         raise bad_param(argname, f"must be a CuPy array, a device pointer int or a CUDA array on the GPU place, got {type(data).__name__}")
     mem = cupy.cuda.UnownedMemory(ptr, need, owner)
-    strides = tuple(s * storage.itemsize for s in tensor.strides)
     return cupy.ndarray(tensor.dims, dtype=storage, memptr=cupy.cuda.MemoryPointer(mem, 0), strides=strides)
 
 
@@ -83,7 +94,7 @@ def device_pointer(data, tensor, argname: str) -> int:
     if type(data) is cupy.ndarray:
         if not (data.flags.c_contiguous or data.flags.f_contiguous):
             raise bad_param(argname, "must be a contiguous buffer")
-        need = extent_bytes(tensor)
+        need = layout(tensor)[1]
         if data.nbytes < need:
             raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
         return data.data.ptr
@@ -125,6 +136,8 @@ def same_buffer(a, b) -> bool:
 def scalar(value, argname: str, double: bool = False) -> float:
     """alpha/beta and other host scalars: a number, a NumPy scalar/array, or a host pointer int
     to a float (double when ``double``)."""
+    if type(value) is float:
+        return value
     if value is None:
         raise bad_param(argname, "is NULL")
     if isinstance(value, bool):

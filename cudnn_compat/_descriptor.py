@@ -60,6 +60,9 @@ class Descriptor(int):
 
 def resolve(arg, cls, argname: str, need_set: bool = True):
     """The live ``cls`` object for ``arg`` (object or int id), or BAD_PARAM."""
+    obj = _LIVE.get(arg)
+    if obj is not None and type(obj) is cls and (obj.is_set or not need_set):
+        return obj  # the common case: a live, set descriptor of exactly this type
     if arg is None or (isinstance(arg, int) and int(arg) == 0):
         raise bad_param(argname, f"is NULL; a {cls.kind} is required")
     obj = arg if isinstance(arg, cls) else _LIVE.get(int(arg)) if isinstance(arg, int) else None

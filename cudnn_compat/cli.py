@@ -163,6 +163,11 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--rtol", type=float, default=5e-3,
                    help="an op fails when its max abs error exceeds rtol*max(1, max|reference|) (default 5e-3)")
     m.set_defaults(fn=demo)
+    s = sub.add_parser("install-shim", help="write cudnn_compat_shim.pth: CUDNN_COMPAT_SHIM=1 then installs the "
+                                            "cupy.cuda.cudnn / cupyx.cudnn shim at interpreter start (see shim.py)")
+    s.add_argument("--remove", action="store_true", help="delete the .pth instead")
+    s.add_argument("--dir", help="directory to write it to (default: the site-packages holding cudnn_compat)")
+    s.set_defaults(fn=lambda args: __import__("cudnn_compat.shim").shim.cli_install_shim(args))
     return p
 
 

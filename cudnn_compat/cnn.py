@@ -36,6 +36,7 @@ from .tensor import DTYPE_NAME, VECTOR_WIDTH, FilterDescriptor, TensorDescriptor
 
 DIM_MAX = CONSTANTS["CUDNN_DIM_MAX"]
 D = ENUMS["cudnnDataType_t"]
+D_DOUBLE = D["CUDNN_DATA_DOUBLE"]
 F = ENUMS["cudnnTensorFormat_t"]
 MODE = ENUMS["cudnnConvolutionMode_t"]
 MATH = ENUMS["cudnnMathType_t"]
@@ -416,13 +417,28 @@ def _algo(dr: Direction, algo, call: "ConvCall | None" = None) -> str:
 
 def _compute(dr: Direction, handle, alpha, first_desc, first, second_desc, second, convDesc, algo,
              workSpace, workSpaceSizeInBytes, beta, out_desc, out) -> None:
+    """The lean call path: the key is made from the descriptors' settings, and the validation of
+    002's rules runs inside the graph builder, i.e. once per signature on a plan-cache miss and
+    still before anything is written; a cached call resolves, keys, binds and executes."""
     h = get_handle(handle)
-    call = _conv_call(dr, first_desc, second_desc, out_desc, convDesc)
-    name = _algo(dr, algo, call)
-    a, b = scalar(alpha, "alpha", call.double), scalar(beta, "beta", call.double)
-    math = call.cd.mathType
-    _call.run(h, call.key(name, math, b == 0), call.builder(name, math, b == 0), call.tensors(first, second, out),
-              {ALPHA: a, BETA: b}, workSpace, int(workSpaceSizeInBytes or 0), workspace_arg="workSpaceSizeInBytes")
+    args = _xwy(dr, first_desc, second_desc, out_desc)
+    xd = resolve(args[0], TensorDescriptor, dr.descs[0])
+    wd = resolve(args[1], FilterDescriptor, dr.descs[1])
+    yd = resolve(args[2], TensorDescriptor, dr.descs[2])
+    cd = conv_desc(convDesc)
+    double = yd.dataType == D_DOUBLE
+    a, b = scalar(alpha, "alpha", double), scalar(beta, "beta", double)
+    beta_zero = b == 0
+    key = (dr.kind, xd.key(), wd.key(), yd.key(), cd.key(), algo if type(algo) is int else repr(algo), beta_zero)
+
+    def build():
+        call = _conv_call(dr, first_desc, second_desc, out_desc, convDesc)
+        return call.builder(_algo(dr, algo, call), cd.mathType, beta_zero)()
+
+    datas = _xwy(dr, first, second, out)
+    tensors = {X: (datas[0], dr.datas[0]), W: (datas[1], dr.datas[1]), Y: (datas[2], dr.datas[2])}
+    _call.run(h, key, build, tensors, {ALPHA: a, BETA: b}, workSpace, int(workSpaceSizeInBytes or 0),
+              workspace_arg="workSpaceSizeInBytes")
 
 
 @legacy("cudnnConvolutionForward")

@@ -30,6 +30,20 @@ bW [g*H] (SINGLE_INP/DOUBLE bias),  bR [g*H] (SINGLE_REC/DOUBLE bias).  Gate ord
 linLayerID order of 002: LSTM input, forget, new cell, output; GRU reset, update, new.
 GRU bias rule (all 002 formulas but a misprint in the SINGLE_INP one): bW_k joins the input
 part and bR_k the recurrent part of gate k, so h' = tanh(W_h x + bW_h + r*(R_h h + bR_h)).
+
+Sequence buffers are N rows of vectors; vector (t, b) is row t*B + b (SEQ_MAJOR_UNPACKED),
+b*T + t (BATCH_MAJOR_UNPACKED) or cum_t + b (SEQ_MAJOR_PACKED, cum_t = vectors before step t).
+Inter-layer dropout (training, layers >= 1): one Rng op per layer boundary draws the mask of
+layer l-1's whole output buffer (N x dirs*Hout elements, row-major in that row order) from the
+dropout descriptor's states, each draw continuing the states' counter; the masks are kept in
+the reserve space for the backward calls.  The reserve space also keeps the gate activations
+(and LSTM c, pre-projection h, GRU R_h h + bR_h), the outputs of every layer but the last, and,
+after backward data, the gate gradients that backward weights reads.
+
+Why not a composite RNNCell op: the graphs stay within Matmul, Pointwise, Reduction (and Rng for
+dropout) so every engine that runs those runs RNNs.  The price is that a graph cannot slice a
+tensor: each gate gets its own recurrent Matmul per step, and per-step slices of earlier results
+are external tensors bound at offsets, so long sequences make graphs of thousands of ops.
 """
 from __future__ import annotations
 
@@ -387,25 +401,20 @@ class Call:
     def mask(self, l) -> Seq:
         return self.region("rs", ("mask", l), self.cfg.D * self.cfg.Hout, "uint8")
 
-    # weights: views into "w" (or "dw")
-    def wmat(self, b, p, kind, k=None, transpose=False, buf="w"):
+    # weights: views into the weight space "w"
+    def wmat(self, b, p, kind, k=None, transpose=False):
         blk = self.wl[(p, kind)]
         rows, cols, off = blk.rows, blk.cols, blk.offset
         if k is not None:
             rows, off = self.cfg.H, off + k * self.cfg.H * cols
         if transpose:
-            return b.ext(buf, off, (cols, rows), (1, cols), self.cfg.dtype)
-        return b.ext(buf, off, (rows, cols), (cols, 1), self.cfg.dtype)
+            return b.ext("w", off, (cols, rows), (1, cols), self.cfg.dtype)
+        return b.ext("w", off, (rows, cols), (cols, 1), self.cfg.dtype)
 
-    def bias(self, b, p, kind, k=None, n=None):
-        """Bias of gate k (or gates 0..n-1, or all) as a (1, width) row."""
+    def bias(self, b, p, kind, k=None):
+        """Bias of gate k (or of all gates) as a (1, width) row."""
         blk = self.wl[(p, kind)]
-        H = self.cfg.H
-        off, width = blk.offset, blk.rows
-        if k is not None:
-            off, width = off + k * H, H
-        elif n is not None:
-            width = n * H
+        off, width = (blk.offset, blk.rows) if k is None else (blk.offset + k * self.cfg.H, self.cfg.H)
         return b.ext("w", off, (1, width), (width, 1), self.cfg.dtype)
 
     def state(self, b, name, p, b0, nb, width):

@@ -117,6 +117,8 @@ def _lin_layer_params(handle, rnnDesc, pseudoLayer, xDesc, wDesc, w, linLayerID,
     _check_ids(cfg, pseudoLayer, linLayerID, bias_only=bias)
     od = resolve(outDesc, FilterDescriptor, argname, need_set=False)
     check(not bg.is_null(w), "w", "is NULL")
+    check(bg.address(w) % dtypes.itemsize(cfg.dtype) == 0, "w",
+          f"address {bg.address(w):#x} is not aligned to the {dtypes.itemsize(cfg.dtype)}-byte data type")
     _check_fits(cfg, int(np.prod(wd.dims)) * dtypes.itemsize(cfg.dtype), "wDesc")
     mat, bvec = lin_layer(cfg, int(pseudoLayer), int(linLayerID))
     blk = bvec if bias else mat

@@ -14,8 +14,6 @@ import re
 import sys
 import warnings
 
-import pytest
-
 if __name__ == "__main__":  # run as a script from anywhere
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -98,4 +96,5 @@ def report() -> str:
 
 if __name__ == "__main__":
     print(report())
-    pytest.main([__file__, "-q"])
+    for name in sorted(set(uncovered()) | {n for n, m in missing_spellings().items() if m}):
+        print(("pending  " if name in PENDING else "MISSING  ") + name)

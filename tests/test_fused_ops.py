@@ -481,3 +481,27 @@ def test_repeated_execute_is_a_cache_hit(handle, rng):
     after = cc.plan_cache_info()
     assert after.misses == before.misses
     np.testing.assert_allclose(ptrs["BN_EQSCALE"], 0.5)
+
+
+@pytest.mark.gpu
+def test_gpu_conv_bnstats_and_finalize_match_the_formulas(rng):
+    import cupy
+    g = cc.cudnnCreate("gpu")
+    try:
+        n, c, h, w_, k = 2, 4, 6, 5, 8
+        x, w, s, b = f32(rng, n, c, h, w_), f32(rng, k, c, 3, 3), f32(rng, c), f32(rng, c)
+        y, ysum, ysq = cupy.zeros((n, k, h, w_), cupy.float32), cupy.zeros(k, cupy.float32), cupy.zeros(k, cupy.float32)
+        execute(g, cc.CUDNN_FUSED_SCALE_BIAS_ACTIVATION_CONV_BNSTATS,
+                dict(XDESC=tdesc(x.shape), XDATA_PLACEHOLDER=ALIGN16, BN_MODE=SPATIAL, CONV_DESC=conv_desc(1, 1),
+                     WDESC=filt(w.shape), WDATA_PLACEHOLDER=ELEM, YDESC=tdesc(y.shape), YDATA_PLACEHOLDER=ELEM,
+                     BN_EQSCALEBIAS_DESC=tdesc((1, c, 1, 1)), BN_EQSCALE_PLACEHOLDER=ELEM, BN_EQBIAS_PLACEHOLDER=ELEM,
+                     ACTIVATION_DESC=act(), YSTATS_DESC=tdesc((1, k, 1, 1)), YSUM_PLACEHOLDER=ELEM,
+                     YSQSUM_PLACEHOLDER=ELEM),
+                dict(XDATA=cupy.asarray(x), WDATA=cupy.asarray(w), YDATA=y, BN_EQSCALE=cupy.asarray(s),
+                     BN_EQBIAS=cupy.asarray(b), YSUM=ysum, YSQSUM=ysq))
+        want = conv2d(np.maximum(x.astype(np.float64) * pc(s) + pc(b), 0), w.astype(np.float64), 1, 1)
+        np.testing.assert_allclose(cupy.asnumpy(y), want, rtol=2e-3, atol=2e-3)  # TF32 tolerance
+        np.testing.assert_allclose(cupy.asnumpy(ysum), want.sum(axis=(0, 2, 3)), rtol=2e-3, atol=2e-2)
+        np.testing.assert_allclose(cupy.asnumpy(ysq), (want ** 2).sum(axis=(0, 2, 3)), rtol=2e-3, atol=2e-2)
+    finally:
+        cc.cudnnDestroy(g)

@@ -330,3 +330,32 @@ def test_backward_errors_write_nothing(handle):
             call(**kw)
         assert e.value.status == status and arg in str(e.value), (kw, str(e.value))
     assert np.all(dx == 7) and np.all(ds == 7) and np.all(db == 7)
+
+
+@pytest.mark.gpu
+def test_gpu_training_and_backward_match_the_cpu(handle, rng):
+    import cupy
+    g = cc.cudnnCreate("gpu")
+    try:
+        shape, mode = (4, 3, 5, 6), PER_CH
+        xd = tdesc(shape, fmt=NHWC)
+        sd, md = derived(xd, mode)
+        x = rng.standard_normal((4, 5, 6, 3)).astype(np.float32)
+        z = rng.standard_normal((4, 5, 6, 3)).astype(np.float32)
+        p = [rng.standard_normal((1, 3, 1, 1)).astype(np.float32) for _ in range(2)]
+        outs = {}
+        for name, hh, xp in (("cpu", handle, np), ("gpu", g, cupy)):
+            y, sm, si = xp.zeros(x.shape, xp.float32), xp.zeros((1, 3, 1, 1), xp.float32), xp.zeros((1, 3, 1, 1), xp.float32)
+            cc.normalizationForwardTraining(hh, mode, NORM_ADD, STD, 1.0, 0.0, xd, xp.asarray(x), sd, xp.asarray(p[0]),
+                                            xp.asarray(p[1]), 0.1, md, None, None, 1e-4, sm, si, relu_desc(), xd,
+                                            xp.asarray(z), xd, y, None, 0, None, 0, 1)
+            dx, dz = xp.zeros(x.shape, xp.float32), xp.zeros(x.shape, xp.float32)
+            ds, db = xp.zeros((1, 3, 1, 1), xp.float32), xp.zeros((1, 3, 1, 1), xp.float32)
+            cc.normalizationBackward(hh, mode, NORM_ADD, STD, 1, 0, 1, 0, xd, xp.asarray(x), xd, y, xd, xp.asarray(z), xd,
+                                     dz, xd, dx, sd, xp.asarray(p[0]), xp.asarray(p[1]), ds, db, 1e-4, md, sm, si,
+                                     relu_desc(), None, 0, None, 0, 1)
+            outs[name] = [a if xp is np else cupy.asnumpy(a) for a in (y, sm, si, dx, dz, ds, db)]
+        for a, b in zip(outs["cpu"], outs["gpu"]):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
+    finally:
+        cc.cudnnDestroy(g)

@@ -99,6 +99,7 @@ def test_weight_param_rules(handle, rng):
     expect(cc.CUDNN_STATUS_INVALID_VALUE, lambda: cc.cudnnGetRNNLinLayerMatrixParams(handle, d, 0, xd, wd, w, 0, fd))
     cc.cudnnSetFilterNdDescriptor(wd, D_, cc.CUDNN_TENSOR_NCHW, 3, [size // 8, 1, 1])
     expect(BAD, lambda: cc.cudnnGetRNNLinLayerBiasParams(handle, d, 0, xd, wd, w, 6, fd), "linLayerID")
+    expect(BAD, lambda: cc.cudnnGetRNNLinLayerMatrixParams(handle, d, 0, xd, wd, w.ctypes.data + 4, 0, fd), "aligned")
     expect(BAD, lambda: cc.cudnnGetRNNLinLayerMatrixParams(handle, d, 0, tdesc3((2, 5, 1), D_), wd, w, 0, fd), "inputSize")
     expect(UNSUP, lambda: cc.cudnnGetRNNParamsSize(handle, d, tdesc3((2, 3, 1), cc.CUDNN_DATA_INT32), D_))
     expect(BAD, lambda: cc.cudnnGetRNNParamsSize(handle, d, xd, F_), "dataType")

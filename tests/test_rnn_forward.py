@@ -100,9 +100,11 @@ def test_training_equals_inference_and_fills_padding(handle, rng):
     assert np.all(y[0, 1:] == 0.25) and np.all(y[2, 2:] == 0.25) and not np.any(y[1] == 0.25)
 
 
-@pytest.mark.parametrize("dtype,atol", [(np.float32, 2e-5), (np.float16, 3e-2)])
-def test_reduced_precision(handle, rng, dtype, atol):
-    run_case(handle, rng, cc.CUDNN_LSTM, 2, dtype=dtype, atol=atol, lengths=(3, 2, 2))
+@pytest.mark.parametrize("dtype,prec,atol", [(np.float32, None, 2e-5), (np.float16, None, 3e-2),
+                                             (np.float16, cc.CUDNN_DATA_HALF, 5e-2)])
+def test_reduced_precision(handle, rng, dtype, prec, atol):
+    """FLOAT data computes in float; HALF data in float (mathPrec FLOAT) or half (mathPrec HALF)."""
+    run_case(handle, rng, cc.CUDNN_LSTM, 2, dtype=dtype, atol=atol, lengths=(3, 2, 2), mathPrec=prec)
 
 
 def test_repeated_call_hits_the_plan_cache(handle, rng):

@@ -287,3 +287,53 @@ def test_pointer_arguments_as_cupy_passed_them(handle, rng):
                                 None, ws, ws.size)
     np.testing.assert_array_equal(y1, y2)
     assert np.abs(y1).max() > 0
+
+
+def test_algorithm_search_runs_the_call(handle, rng):
+    """The deprecated Find*AlgorithmEx run the call once and report CUDNN_RNN_ALGO_STANDARD."""
+    mode, D, L, I, H = cc.CUDNN_LSTM, 1, 1, 2, 3
+    batches = [2, 2]
+    d, _ = v6_net(handle, mode, D, L, H)
+    for fn in (cc.cudnnGetRNNForwardInferenceAlgorithmMaxCount, cc.cudnnGetRNNForwardTrainingAlgorithmMaxCount,
+               cc.cudnnGetRNNBackwardDataAlgorithmMaxCount):
+        assert fn(handle, d) >= 1
+    xds, yds = step_descs(batches, I), step_descs(batches, H)
+    size = cc.cudnnGetRNNParamsSize(handle, d, xds[0], D_)
+    wdesc = cc.cudnnCreateFilterDescriptor()
+    cc.cudnnSetFilterNdDescriptor(wdesc, D_, cc.CUDNN_TENSOR_NCHW, 3, [size // 8, 1, 1])
+    w = rng.standard_normal(size // 8) * 0.5
+    x = rng.standard_normal(4 * I)
+    ws = np.zeros(cc.cudnnGetRNNWorkspaceSize(handle, d, 2, xds), np.uint8)
+    rs = np.zeros(cc.cudnnGetRNNTrainingReserveSize(handle, d, 2, xds), np.uint8)
+    y_find, y_ref = np.zeros(4 * H), np.zeros(4 * H)
+    perfs = cc.cudnnFindRNNForwardTrainingAlgorithmEx(handle, d, 2, xds, x, None, None, None, None, wdesc, w, yds,
+                                                      y_find, None, None, None, None, 1.0, 4, ws, ws.size, rs, rs.size)
+    algo_desc, status, ms, memory = cc.cudnnGetAlgorithmPerformance(perfs[0])
+    assert len(perfs) == 1 and status == cc.CUDNN_STATUS_SUCCESS and ms >= 0 and memory == ws.size
+    assert cc.cudnnGetAlgorithmDescriptor(algo_desc) == cc.CUDNN_RNN_ALGO_STANDARD
+    cc.cudnnRNNForwardInference(handle, d, 2, xds, x, None, None, None, None, wdesc, w, yds, y_ref, None, None, None,
+                                None, ws, ws.size)
+    np.testing.assert_array_equal(y_find, y_ref)
+    cc.cudnnFindRNNForwardInferenceAlgorithmEx(handle, d, 2, xds, x, None, None, None, None, wdesc, w, yds, y_find,
+                                               None, None, None, None, 0.0, 1, ws, ws.size)
+    dx = np.zeros(x.size)
+    cc.cudnnFindRNNBackwardDataAlgorithmEx(handle, d, 2, yds, y_ref, yds, np.ones(y_ref.size), None, None, None, None,
+                                           wdesc, w, None, None, None, None, xds, dx, None, None, None, None, 1.0, 1,
+                                           ws, ws.size, rs, rs.size)
+    dw = np.zeros_like(w)
+    cc.cudnnFindRNNBackwardWeightsAlgorithmEx(handle, d, 2, xds, x, None, None, yds, y_ref, 1.0, 1, ws, ws.size, wdesc,
+                                              dw, rs, rs.size)
+    assert np.abs(dx).max() > 0 and np.abs(dw).max() > 0
+    with pytest.raises(cc.CuDNNError) as e:
+        cc.cudnnFindRNNForwardInferenceAlgorithmEx(handle, d, 2, xds, x, None, None, None, None, wdesc, w, yds, y_find,
+                                                   None, None, None, None, 0.0, 0, ws, ws.size)
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM and "cudnnFindRNNForwardInferenceAlgorithmEx" in str(e.value)
+    # cudnnSetRNNAlgorithmDescriptor takes the algo from an algorithm descriptor
+    ad = cc.cudnnCreateAlgorithmDescriptor()
+    cc.cudnnSetAlgorithmDescriptor(ad, cc.CUDNN_RNN_ALGO_PERSIST_STATIC)
+    cc.cudnnSetRNNAlgorithmDescriptor(handle, d, ad)
+    assert cc.cudnnGetRNNDescriptor_v6(handle, d)[6] == cc.CUDNN_RNN_ALGO_PERSIST_STATIC
+    cc.cudnnSetAlgorithmDescriptor(ad, 77)
+    with pytest.raises(cc.CuDNNError) as e:
+        cc.cudnnSetRNNAlgorithmDescriptor(handle, d, ad)
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM

@@ -346,3 +346,32 @@ def test_folded_descriptor_errors(handle):
     with pytest.raises(cc.CuDNNError) as e:  # rule: NULL outputs
         cc.getFoldedConvBackwardDataDescriptors(handle, wdesc, tdesc(out), cd, xd, NCHW, None, *outs[1:])
     assert e.value.status == BAD
+
+
+@pytest.mark.gpu
+def test_gpu_fold_unfold_and_im2col_match_the_cpu(handle, rng):
+    import cupy
+    g = cc.cudnnCreate("gpu")
+    try:
+        x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+        t = transform(4, NHWC, [0, 0, 1, 0], [0, 0, 0, 2], [2, 3], FOLD)
+        yd = cc.cudnnCreateTensorDescriptor()
+        n = cc.cudnnInitTransformDest(t, tdesc(x.shape), yd) // 4
+        y_cpu, y_gpu = np.zeros(n, np.float32), cupy.zeros(n, cupy.float32)
+        cc.transformTensorEx(handle, t, 1.0, tdesc(x.shape), x, 0.0, yd, y_cpu)
+        cc.transformTensorEx(g, t, 1.0, tdesc(x.shape), cupy.asarray(x), 0.0, yd, y_gpu)
+        np.testing.assert_array_equal(cupy.asnumpy(y_gpu), y_cpu)
+        u = transform(4, NCHW, [0, 0, 1, 0], [0, 0, 0, 2], [2, 3], UNFOLD)
+        z = cupy.zeros(x.shape, cupy.float32)
+        cc.transformTensorEx(g, u, 1.0, yd, y_gpu, 0.0, tdesc(x.shape), z)
+        np.testing.assert_array_equal(cupy.asnumpy(z), x)
+        wd = cc.cudnnCreateFilterDescriptor()
+        cc.cudnnSetFilter4dDescriptor(wd, F32, NCHW, 2, 3, 3, 3)
+        cd = cc.cudnnCreateConvolutionDescriptor()
+        cc.cudnnSetConvolution2dDescriptor(cd, 1, 1, 2, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, F32)
+        want = im2col_ref(x.astype(np.float64), 3, 3, (1, 1), (2, 1), (1, 1), False)
+        col = cupy.zeros(want.size, cupy.float32)
+        cc.im2Col(g, tdesc(x.shape), cupy.asarray(x), wd, cd, col)
+        np.testing.assert_allclose(cupy.asnumpy(col).reshape(want.shape), want, rtol=1e-6)
+    finally:
+        cc.cudnnDestroy(g)

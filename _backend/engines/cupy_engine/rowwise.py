@@ -327,7 +327,7 @@ class _Ctx:
             body += self.tree()
             body.append("  }")
         if kind == "partial":
-            body.append(f"  if (live && lane == 0u) {{")
+            body.append("  if (live && lane == 0u) {")
             for j, (v, _) in enumerate(self.spec.state):
                 body.append(f"    ws[(({self.IDX}){j} * {self.splits}u + blockIdx.y) * ({self.IDX}){self.M} + m] = m_{v};")
             body.append("  }")

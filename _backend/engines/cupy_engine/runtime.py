@@ -16,7 +16,8 @@ import numpy as np
 _MODULES: dict = {}
 _LOCK = threading.Lock()
 LAUNCHES = [0]
-OPTIONS = ("-std=c++17",)
+_DUMPED: set = set()
+OPTIONS = ()
 
 
 def cupy():
@@ -25,8 +26,10 @@ def cupy():
 
 
 def dump(spec) -> None:
+    """Write the source to $CUDNN_COMPAT_DUMP_KERNELS/<name>.cu (once per directory)."""
     where = os.environ.get("CUDNN_COMPAT_DUMP_KERNELS", "").strip()
-    if where:
+    if where and (where, spec.name) not in _DUMPED:
+        _DUMPED.add((where, spec.name))
         os.makedirs(where, exist_ok=True)
         path = os.path.join(where, spec.name + ".cu")
         if not os.path.exists(path):
@@ -38,12 +41,12 @@ def function(spec):
     """The compiled kernel of a KernelSpec on the current device."""
     cp = cupy()
     key = (cp.cuda.runtime.getDevice(), spec.name)
+    dump(spec)
     fn = _MODULES.get(key)
     if fn is None:
         with _LOCK:
             fn = _MODULES.get(key)
             if fn is None:
-                dump(spec)
                 mod = cp.RawModule(code=spec.source, options=OPTIONS)
                 fn = mod.get_function(spec.name)
                 _MODULES[key] = fn

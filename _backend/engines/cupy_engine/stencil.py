@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass, field
 
 from ...ir import Tensor, packed_strides
-from . import runtime
 from .codegen import (BLOCK, INT32_LIMIT, PREAMBLE, STORAGE, KernelSpec, bstrides, decompose, emit_chain, lit,
                       load_expr, max_offset, name_kernel, offset_expr, order_axes, round_expr, store_expr,
                       tensors_compute_type)
