@@ -6,23 +6,9 @@ names the function, the argument and the rule it broke.  Helpers ``bad_param`` a
 """
 from __future__ import annotations
 
-STATUS = {
-    "CUDNN_STATUS_SUCCESS": 0,
-    "CUDNN_STATUS_NOT_INITIALIZED": 1,
-    "CUDNN_STATUS_ALLOC_FAILED": 2,
-    "CUDNN_STATUS_BAD_PARAM": 3,
-    "CUDNN_STATUS_INTERNAL_ERROR": 4,
-    "CUDNN_STATUS_INVALID_VALUE": 5,
-    "CUDNN_STATUS_ARCH_MISMATCH": 6,
-    "CUDNN_STATUS_MAPPING_ERROR": 7,
-    "CUDNN_STATUS_EXECUTION_FAILED": 8,
-    "CUDNN_STATUS_NOT_SUPPORTED": 9,
-    "CUDNN_STATUS_LICENSE_ERROR": 10,
-    "CUDNN_STATUS_RUNTIME_PREREQUISITE_MISSING": 11,
-    "CUDNN_STATUS_RUNTIME_IN_PROGRESS": 12,
-    "CUDNN_STATUS_RUNTIME_FP_OVERFLOW": 13,
-    "CUDNN_STATUS_VERSION_MISMATCH": 14,
-}
+from .enums import ENUMS
+
+STATUS = dict(ENUMS["cudnnStatus_t"])
 STATUS_NAME = {v: k for k, v in STATUS.items()}
 globals().update(STATUS)
 
