@@ -60,6 +60,10 @@ PROTOTYPES = {
                                                _vp, _vp, _dbl, _vp, _vp],
     "cudnnBatchNormalizationForwardInference": [_vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
                                                 _vp, _dbl],
+    # cudnn-compat replay --engine legacy (issue 9)
+    "cudnnCreateOpTensorDescriptor": [_pvp], "cudnnDestroyOpTensorDescriptor": [_vp],
+    "cudnnSetOpTensorDescriptor": [_vp, _int, _int, _int],
+    "cudnnOpTensor": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp],
 }
 # cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
 DATA_TYPE = _lib.DATA_TYPE
@@ -168,6 +172,12 @@ class Descs:
         self._made.append(("Pooling", d))
         call("cudnnSetPoolingNdDescriptor", d, int(mode), int(propagate_nan), len(window), _ints(window),
              _ints(pad), _ints(stride))
+        return d
+
+    def op_tensor(self, op: int, compute: str = "float32", propagate_nan: bool = False) -> int:
+        d = _create("OpTensor")
+        self._made.append(("OpTensor", d))
+        call("cudnnSetOpTensorDescriptor", d, int(op), DATA_TYPE[compute], int(propagate_nan))
         return d
 
     def destroy(self):

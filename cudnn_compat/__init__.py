@@ -65,3 +65,11 @@ def last_engine() -> "str | None":
     from ._call import last_plan
     plan = last_plan()
     return None if plan is None else plan.engine
+
+
+# Record/replay and fusion across legacy calls (issue 9): ``cudnn_compat.trace(path)`` and
+# ``cudnn_compat.fuse(handle)``; ``CUDNN_COMPAT_TRACE=path`` records the whole run.
+from . import trace  # noqa: E402  (a callable module: trace(path, tensors=False) is its context manager)
+from .fusion import fuse  # noqa: E402,F401
+
+trace.from_environment()

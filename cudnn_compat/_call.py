@@ -53,6 +53,14 @@ def _externals(plan) -> dict:
     return ext
 
 
+def _written(plan) -> frozenset:
+    """uids of the plan's external outputs (the buffers a call writes)."""
+    out = getattr(plan, "written_uids", None)
+    if out is None:
+        out = plan.written_uids = frozenset(t.uid for t in plan.graph.external_outputs())
+    return out
+
+
 def plan_for(handle, key: tuple, build):
     """The cached plan ``run`` would use for ``key`` (built on a miss), without executing it:
     for workspace-size queries and algorithm searches."""
@@ -68,11 +76,26 @@ def check_workspace(plan, workspace, workspace_size: int, argname: str = "workSp
         raise bad_param(argname, f"the plan needs {need} bytes of workspace, {have} were given")
 
 
+# -- interception point (cudnn_compat/trace.py records, cudnn_compat/fusion.py defers) ----------------
+# HOOKS holds interceptors hook(proceed, handle, key, build, tensors, scalars, workspace, workspace_size,
+# workspace_arg) -> plan | None; each calls ``proceed`` with the same arguments to go on (or defers).
+# Empty in normal use: the only cost of this hook point is one truth test per call.
+HOOKS: list = []
+
+
+def _intercepted(i: int, *args):
+    if i == len(HOOKS):
+        return run(*args, _hooked=True)
+    return HOOKS[i](lambda *a: _intercepted(i + 1, *a), *args)
+
+
 def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None, workspace_size: int = 0,
-        workspace_arg: "str | None" = None):
+        workspace_arg: "str | None" = None, _hooked: bool = False):
     """Execute the plan for ``key``.  ``tensors``: uid -> (data, argname); the prior-y uid of
     a blend is bound to the same buffer as y.  ``scalars``: uid -> float.  Returns the plan.
     With ``workspace_arg`` (the size argument's name) the workspace is checked first."""
+    if HOOKS and not _hooked:
+        return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
     key = (handle.place, handle.device) + key
     plan = planner.get_plan(key, build, handle.place)
     if workspace_arg is not None:
@@ -85,6 +108,9 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
             data[uid] = scalars[uid]
         else:
             buf, argname = tensors[uid] if uid in tensors else tensors[uid - Y_PRIOR_OFFSET]
+            if isinstance(buf, np.ndarray) and not buf.flags.writeable and uid in _written(plan):
+                from .errors import bad_param  # rule: an output buffer must be writable (checked before any write)
+                raise bad_param(argname, "is a read-only array but the call writes it")
             if handle.place == "gpu" and isinstance(buf, np.ndarray):
                 buf = staged[id(buf)] = staged.get(id(buf)) or stage_to_device(buf, argname)
             data[uid] = put(buf, t, argname) if put else bind(handle, buf, t, argname)

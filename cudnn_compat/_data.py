@@ -43,19 +43,23 @@ def layout(tensor) -> tuple:
 
 def _host_view(data, tensor, argname: str) -> np.ndarray:
     storage, need, strides = layout(tensor)
-    if type(data) is np.ndarray and data.flags.c_contiguous:  # the common case, kept short
+    if type(data) is np.ndarray and data.flags.c_contiguous and not data.dtype.hasobject:  # the common case
         if data.nbytes < need:
             raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
         return np.ndarray(tensor.dims, dtype=storage, buffer=data, offset=0, strides=strides)
     if isinstance(data, np.ndarray):
         if not (data.flags.c_contiguous or data.flags.f_contiguous):
             raise bad_param(argname, "must be a contiguous buffer (legacy calls take a pointer, not a strided array)")
+        if data.dtype.hasobject:  # rule: raw memory only (writing floats over object pointers crashes)
+            raise bad_param(argname, f"holds Python objects (dtype {data.dtype}), not raw memory")
         if data.nbytes < need:
             raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
         raw = data.reshape(-1, order="A").view(np.uint8)
     elif isinstance(data, int) and not isinstance(data, bool):
         if data == 0:
             raise bad_param(argname, "is NULL")
+        if data < POINTER_MIN:  # rule: a host pointer lies above the first page (negative or tiny ints crash)
+            raise bad_param(argname, f"{data} is not a host pointer (below {POINTER_MIN})")
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * need).from_address(data))
     else:
         raise bad_param(argname, f"must be a NumPy array or a host pointer int on the CPU place, got {type(data).__name__}")
@@ -149,6 +153,6 @@ def scalar(value, argname: str, double: bool = False) -> float:
         return float(value)
     if isinstance(value, numbers.Real):
         return float(value)
-    if isinstance(value, np.ndarray) and value.size == 1:
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "biuf":  # rule: a real number
         return float(value.reshape(-1)[0])
     raise bad_param(argname, f"must be a number, a NumPy scalar or a host pointer, got {type(value).__name__}")

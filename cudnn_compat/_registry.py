@@ -22,11 +22,25 @@ def graph_error(e: GraphError, function: str = "") -> CuDNNError:
     return CuDNNError(STATUS["CUDNN_STATUS_" + e.status], f"graph check {e.check}", str(e), function)
 
 
+# -- interception point (cudnn_compat/trace.py records calls, cudnn_compat/fusion.py flushes) --------
+# HOOKS holds interceptors hook(proceed, c_name, args, kwargs) -> result; each calls proceed(args,
+# kwargs) to go on.  Empty in normal use: the only cost is one truth test per call.
+HOOKS: list = []
+
+
+def _intercepted(i: int, c_name: str, fn, args, kwargs):
+    if i == len(HOOKS):
+        return fn(*args, **kwargs)
+    return HOOKS[i](lambda a, k: _intercepted(i + 1, c_name, fn, a, k), c_name, args, kwargs)
+
+
 def legacy(c_name: str, cupy: "str | None" = None):
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             try:
+                if HOOKS:
+                    return _intercepted(0, c_name, fn, args, kwargs)
                 return fn(*args, **kwargs)
             except CuDNNError as e:
                 raise e.with_function(c_name) from None

@@ -4,6 +4,15 @@
                                  libcudnn (located with cuda.pathfinder), and every engine
   cudnn-compat demo [--place P]  a small legacy-style network on the default place, checked
                                  against the CPU reference; exit 1 when an op is off
+  cudnn-compat replay TRACE --engine reference|cupy|cudnn|legacy|default [--tol DTYPE[:MATH]=RTOL,ATOL]
+                                 re-run a trace recorded with tensors (CUDNN_COMPAT_TRACE=path,
+                                 CUDNN_COMPAT_TRACE_TENSORS=1) and compare every output with the
+                                 recording; exit 1 over tolerance, 2 when it cannot replay
+  cudnn-compat diff A B          compare two traces call by call; exit 1 when they differ
+  cudnn-compat explain TRACE     per call signature: the graph, the engines in heuristics order
+                                 with the reason each declined, the config chosen
+  cudnn-compat bench [NAME...]   run the benchmark scripts under benchmarks/ (conv, memory_bound,
+                                 fusion) on the GPU and print their tables; exit 2 without a GPU
 
 ``python -m cudnn_compat`` is the same command.
 """
@@ -151,6 +160,89 @@ def demo(args) -> int:
     return 0
 
 
+def replay_cmd(args) -> int:
+    from . import replay as R
+    try:
+        trace = R.load(args.trace)
+        overrides = R.parse_tolerances(args.tol)
+    except (OSError, ValueError) as e:
+        print(f"cudnn-compat replay: {e}", file=sys.stderr)
+        return 2
+    if trace.npz is None:
+        print(f"cudnn-compat replay: {args.trace} was recorded without tensors; record it with "
+              "CUDNN_COMPAT_TRACE_TENSORS=1 (or trace(path, tensors=True)) to replay it", file=sys.stderr)
+        return 2
+    try:
+        results = R.replay(trace, args.engine, overrides)
+    except RuntimeError as e:
+        print(f"cudnn-compat replay: {e}", file=sys.stderr)
+        return 2
+    text = R.format_replay(results, args.engine)
+    print(text.splitlines()[-1] if args.quiet else text)
+    return R.exit_code(results)
+
+
+def diff_cmd(args) -> int:
+    from . import replay as R
+    try:
+        a, b = R.load(args.a), R.load(args.b)
+        overrides = R.parse_tolerances(args.tol)
+    except (OSError, ValueError) as e:
+        print(f"cudnn-compat diff: {e}", file=sys.stderr)
+        return 2
+    text, code = R.diff(a, b, overrides)
+    print(text)
+    return code
+
+
+def explain_cmd(args) -> int:
+    from . import explain as E, replay as R
+    try:
+        trace = R.load(args.trace)
+    except (OSError, ValueError) as e:
+        print(f"cudnn-compat explain: {e}", file=sys.stderr)
+        return 2
+    print(E.explain(trace))
+    return 0
+
+
+BENCHMARKS = ("conv", "memory_bound", "fusion")
+
+
+def bench_dir() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+def bench(args) -> int:
+    """Run benchmarks/bench_<name>.py for each name (default: every one that exists), streaming their
+    tables; they write JSON to benchmarks/results/.  Exit 2 without a GPU, 1 when a script fails."""
+    import subprocess
+    from ._place import gpu_reason
+    why = gpu_reason()
+    if why:
+        print(f"cudnn-compat bench: the benchmarks need a CUDA GPU with CuPy; here: {why}", file=sys.stderr)
+        return 2
+    root = bench_dir()
+    names = args.names or [n for n in BENCHMARKS if os.path.exists(os.path.join(root, f"bench_{n}.py"))]
+    if not names:
+        print(f"cudnn-compat bench: no benchmark scripts under {root} (run from a source checkout)", file=sys.stderr)
+        return 2
+    failed = []
+    for name in names:
+        script = os.path.join(root, f"bench_{name}.py")
+        if not os.path.exists(script):
+            print(f"cudnn-compat bench: no benchmark {name!r} ({script} does not exist)", file=sys.stderr)
+            failed.append(name)
+            continue
+        cmd = [sys.executable, script] + (["--quick"] if args.quick else [])
+        print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+        rc = subprocess.call(cmd, cwd=os.path.dirname(root))
+        if rc:
+            print(f"cudnn-compat bench: {name} exited with {rc}", file=sys.stderr)
+            failed.append(name)
+    return 1 if failed else 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cudnn-compat", description="cuDNN's legacy API on a graph layer: tools")
     sub = p.add_subparsers(dest="command", metavar="command")
@@ -168,7 +260,34 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--remove", action="store_true", help="delete the .pth instead")
     s.add_argument("--dir", help="directory to write it to (default: the site-packages holding cudnn_compat)")
     s.set_defaults(fn=lambda args: __import__("cudnn_compat.shim").shim.cli_install_shim(args))
+    _add_trace_commands(sub)
     return p
+
+
+def _add_trace_commands(sub) -> None:
+    """replay, diff, explain (record/replay tools, issue 9) and bench."""
+    from .replay import ENGINES
+    r = sub.add_parser("replay", help="re-run a recorded trace on an engine and compare with the recording")
+    r.add_argument("trace", help="a trace written with CUDNN_COMPAT_TRACE (and CUDNN_COMPAT_TRACE_TENSORS=1)")
+    r.add_argument("--engine", choices=ENGINES, default="reference",
+                   help="reference (CPU), cupy or cudnn (GPU, forced), legacy (the real libcudnn function), "
+                        "default (the recording's place and heuristics)")
+    r.add_argument("--tol", action="append", metavar="DTYPE[:MATH]=RTOL,ATOL",
+                   help="override a tolerance, e.g. float16=2e-2,2e-2 or float32:FMA_MATH=1e-6,1e-6")
+    r.add_argument("--quiet", action="store_true", help="print the summary only")
+    r.set_defaults(fn=replay_cmd)
+    f = sub.add_parser("diff", help="compare two traces call by call")
+    f.add_argument("a")
+    f.add_argument("b")
+    f.add_argument("--tol", action="append", metavar="DTYPE[:MATH]=RTOL,ATOL")
+    f.set_defaults(fn=diff_cmd)
+    e = sub.add_parser("explain", help="graphs, engine choices and decline reasons of a recorded trace")
+    e.add_argument("trace")
+    e.set_defaults(fn=explain_cmd)
+    b = sub.add_parser("bench", help="run the GPU benchmark scripts under benchmarks/ and print their tables")
+    b.add_argument("names", nargs="*", metavar="NAME", help=f"which: {', '.join(BENCHMARKS)} (default: all that exist)")
+    b.add_argument("--quick", action="store_true", help="pass --quick to each script")
+    b.set_defaults(fn=bench)
 
 
 def main(argv=None) -> int:

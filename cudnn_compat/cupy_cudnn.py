@@ -38,6 +38,7 @@ from .errors import STATUS as _STATUS, CuDNNError as _BaseError, getErrorString 
 from .handle import COMPAT_VERSION as _COMPAT_VERSION
 
 available = True  # CuPy 13: False when libcudnn could not be loaded
+_DATA_TYPE = _enums.ENUMS["cudnnDataType_t"]
 
 # -- constants: every cuDNN enum value, the status codes, and CuPy 13's extras ----------------------
 globals().update({k: v for k, v in vars(_enums).items() if k.startswith("CUDNN_") and isinstance(v, numbers.Number)})
@@ -215,11 +216,12 @@ def _rnn_data_get(base):
             arr = (ctypes.c_int * len(lengths)).from_address(seqLengthArray)
             arr[:] = [int(v) for v in lengths]
         if _is_ptr(paddingFill) and fill is not None:
-            if dt == CUDNN_DATA_HALF:  # noqa: F821 - a constant set above
+            if dt == _DATA_TYPE["CUDNN_DATA_HALF"]:
                 import numpy as np
                 (ctypes.c_uint16).from_address(paddingFill).value = int(np.float16(fill).view(np.uint16))
             else:
-                _write(paddingFill, ctypes.c_double if dt == CUDNN_DATA_DOUBLE else ctypes.c_float, float(fill))  # noqa: F821
+                double = dt == _DATA_TYPE["CUDNN_DATA_DOUBLE"]
+                _write(paddingFill, ctypes.c_double if double else ctypes.c_float, float(fill))
         return None
     return fn
 

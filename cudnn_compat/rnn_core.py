@@ -4,24 +4,24 @@ Matmul and Pointwise ops (002 §7.1.2.8 cudnnRNNMode_t equations, §7.2.36 cudnn
 §8.2.18 cudnnRNNBackwardData_v8, §8.2.21 cudnnRNNBackwardWeights_v8).
 
 A call becomes a short sequence of graphs, each cached per signature:
-  forward,  per layer l:  proj(l)  Gx = X_l W^T + biases for all time steps (one Matmul; for
-                                   l >= 1 in training, X_l = Y_{l-1} * dropout mask from an
-                                   Rng op), written to the workspace
-                          rec(l)   per direction, per step: Gr_k = h W_Rk^T (one Matmul per
-                                   gate) and the cell as Pointwise ops, h written to y (or to
-                                   the layer's output buffer), training also saves the gate
-                                   activations (and c, ...) in the reserve space
-  backward data, l = top..0:  brec(l) the cell's derivative per step (Pointwise) and
-                                   dh_prev = sum_k dG_k W_Rk (Matmul); gate gradients dG go to
-                                   the reserve space for backward weights
+  forward,  per layer l:  proj(l)  Gx = X_l W^T + biases for all time steps (one Matmul per
+                                   direction; GRU: per gate, as bR_n stays out of Gx; for l >= 1
+                                   in training X_l = Y_{l-1} * dropout mask from an Rng op),
+                                   written to the workspace
+                          rec(l)   ONE RNNRecurrence op: every step of every direction (h to y
+                                   or the layer's output buffer; training also saves the gate
+                                   activations, c, ... in the reserve space)
+  backward data, l = top..0:  brec(l) ONE RNNRecurrenceBackward op: gate gradients dG of every
+                                   step (to the reserve space, for backward weights)
                           bproj(l) dX_l = sum_dir dG W (one Matmul per direction)
   backward weights:       one graph: dW += dG^T X, dR += dG^T h_prev, biases += sum dG, as
                                    batched Matmuls over runs of time steps + Reductions.
-Graphs cannot slice a tensor, so whatever one step reads from an earlier graph (Gx slices,
-saved activations) is an external tensor bound at its offset (see _bound_graph); the
-recurrent state flows between steps inside a graph.  Sequences of different lengths are
-handled by splitting the batch into blocks of consecutive sequences with equal length:
-blocks recur independently, so no masks are needed and padding vectors are never read.
+The recurrence ops are composite (why: _backend/validate_rnn.py); their tensors are whole
+buffers with a leading direction dim, rows addressed by the layout's row map, so a layer is one
+op whatever T, and sequences of different lengths need no masks or padding reads: a sequence is
+inactive past its length.  The projections and weight gradients read earlier results through
+external tensors bound at offsets (see _bound_graph); backward weights splits the batch into
+blocks of consecutive sequences with equal length and groups steps into runs.
 
 Weight layout (weight space = legacy params buffer), per pseudo-layer p = layer*dirs + dir,
 contiguous, row-major, in this order:  W  [g*H, in]  (the g gate matrices stacked; absent
@@ -39,11 +39,6 @@ dropout descriptor's states, each draw continuing the states' counter; the masks
 the reserve space for the backward calls.  The reserve space also keeps the gate activations
 (and LSTM c, pre-projection h, GRU R_h h + bR_h), the outputs of every layer but the last, and,
 after backward data, the gate gradients that backward weights reads.
-
-Why not a composite RNNCell op: the graphs stay within Matmul, Pointwise, Reduction (and Rng for
-dropout) so every engine that runs those runs RNNs.  The price is that a graph cannot slice a
-tensor: each gate gets its own recurrent Matmul per step, and per-step slices of earlier results
-are external tensors bound at offsets, so long sequences make graphs of thousands of ops.
 """
 from __future__ import annotations
 
@@ -51,6 +46,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from _backend import dtypes
+from _backend.ir import Tensor
 from . import _bound_graph as bg
 from .dropout import rng_op
 from .enums import ENUMS
@@ -83,6 +79,7 @@ class RNNConfig:
     dtype: str  # data / weight dtype
     cdtype: str  # compute dtype (mathPrec)
     clip: "str | None" = None  # None, or the clip NaN mode 'PROPAGATE'/'NOT_PROPAGATE' (LSTM only)
+    tf32: bool = False  # FLOAT data and a math type that permits TF32 (002 cudnnMathType_t: all but FMA_MATH)
 
     @property
     def g(self) -> int:
@@ -123,9 +120,10 @@ def config_of(d, dataType=None, inputSize=None) -> RNNConfig:
     clip = None
     if mode == "LSTM" and d.clipMode == ENUMS["cudnnRNNClipMode_t"]["CUDNN_RNN_CLIP_MINMAX"]:
         clip = "PROPAGATE" if d.clipNanOpt == ENUMS["cudnnNanPropagation_t"]["CUDNN_PROPAGATE_NAN"] else "NOT_PROPAGATE"
+    tf32 = DTYPE_OF[dataType] == "float32" and d.mathType != ENUMS["cudnnMathType_t"]["CUDNN_FMA_MATH"]
     return RNNConfig(mode, BIAS[d.biasMode], 2 if d.dirMode == 1 else 1, d.inputMode == 1, int(inputSize),
                      d.hiddenSize, d.projSize if mode == "LSTM" else d.hiddenSize, d.numLayers,
-                     DTYPE_OF[dataType], DTYPE_OF[d.mathPrec], clip)
+                     DTYPE_OF[dataType], DTYPE_OF[d.mathPrec], clip, tf32)
 
 
 # -- weights -------------------------------------------------------------------------------
@@ -264,10 +262,6 @@ class Seq:
 
     def whole(self, b, ncols=None, col=0):
         return b.ext(self.buf, self.base + col, (self.geo.N, ncols or self.V), (self.V, 1), self.dtype)
-
-    def slice(self, b, t, b0, nb, ncols, col=0):
-        g = self.geo
-        return b.ext(self.buf, self.base + g.row(t, b0) * self.V + col, (nb, ncols), (g.bstride * self.V, 1), self.dtype)
 
     def view3(self, b, r0, dstep, S, nb, ncols, col=0, transpose=False, collapse=False):
         """The run of S steps x nb sequences x ncols columns starting at row r0 (steps dstep rows
@@ -417,9 +411,6 @@ class Call:
         off, width = (blk.offset, blk.rows) if k is None else (blk.offset + k * self.cfg.H, self.cfg.H)
         return b.ext("w", off, (1, width), (width, 1), self.cfg.dtype)
 
-    def state(self, b, name, p, b0, nb, width):
-        return b.ext(name, (p * self.geo.B + b0) * width, (nb, width), (width, 1), self.cfg.dtype)
-
     def key(self, stage) -> tuple:
         return ("RNN", stage, self.cfg, self.geo, self.training, tuple(sorted(self.present)), self.dropout, self.fill)
 
@@ -472,164 +463,137 @@ def build_fwd_proj(call: Call, l: int) -> bg.GraphBuilder:
     return b
 
 
+def _dir_stride(first: int, second: "int | None", default: int) -> int:
+    """Element distance between the direction-0 and direction-1 copies of a region."""
+    return default if second is None else second - first
+
+
+def rec_attrs(call: Call) -> dict:
+    cfg, geo = call.cfg, call.geo
+    return {"mode": cfg.mode, "layout": geo.layout, "T": geo.T, "lengths": tuple(geo.lengths),
+            "directions": tuple(d == 1 for d in range(cfg.D)), "clip": cfg.clip, "allow_tf32": cfg.tf32}
+
+
+def dir_weight(call: Call, b, l: int, kind: str, dims: tuple, col0: int = 0) -> Tensor:
+    """A weight block of layer l for every direction: dims (D,) + dims, rows of blk.cols elements."""
+    cfg = call.cfg
+    p0 = l * cfg.D
+    blk = call.wl[(p0, kind)]
+    nxt = call.wl[(p0 + 1, kind)].offset if cfg.D == 2 else None
+    return b.ext("w", blk.offset + col0, (cfg.D,) + dims, (_dir_stride(blk.offset, nxt, blk.rows * blk.cols), dims[1], 1),
+                 cfg.dtype)
+
+
+def dir_region(call: Call, b, name: str, l: int, width: int) -> Tensor:
+    """Reserve-space region ``name`` of layer l, every direction: (D, N, width)."""
+    c = dtypes.itemsize(call.cfg.cdtype)
+    rs = call.sp.rs
+    first = rs[(name, l, 0)] // c
+    second = rs[(name, l, 1)] // c if call.cfg.D == 2 else None
+    return b.ext("rs", first, (call.cfg.D, call.geo.N, width), (_dir_stride(first, second, call.geo.N * width), width, 1),
+                 call.cfg.cdtype)
+
+
+def dir_seq(b, seq: Seq, D: int, width: int) -> Tensor:
+    """A sequence buffer of D*width-wide vectors seen as (D, N, width)."""
+    return b.ext(seq.buf, seq.base, (D, seq.geo.N, width), (width, seq.V, 1), seq.dtype)
+
+
+def dir_state(call: Call, b, name: str, l: int, width: int) -> Tensor:
+    cfg, B = call.cfg, call.geo.B
+    return b.ext(name, l * cfg.D * B * width, (cfg.D, B, width), (B * width, width, 1), cfg.dtype)
+
+
 def build_fwd_rec(call: Call, l: int) -> bg.GraphBuilder:
+    """One RNNRecurrence op: every step and direction of layer l."""
     cfg, geo = call.cfg, call.geo
     b = call.builder(f"RNNForward.rec{l}")
-    H, g, Ho, tr = cfg.H, cfg.g, cfg.Hout, call.training
+    H, g, Ho, D = cfg.H, cfg.g, cfg.Hout, cfg.D
+    if geo.N == 0:  # no step at all: the final states are the initial ones
+        for name, width in (("h", Ho), ("c", H)):
+            if f"{name}y" in call.present:
+                src = dir_state(call, b, f"{name}x", l, width) if f"{name}x" in call.present else b.scalar("zero")
+                b.pw("IDENTITY", src, out=dir_state(call, b, f"{name}y", l, width))
+        return b
+    c = dtypes.itemsize(cfg.cdtype)
+    ws = call.sp.ws
+    gx0 = ws[("Gx", 0)] // c
+    gx = b.ext("ws", gx0, (D, geo.N, g * H),
+               (_dir_stride(gx0, ws[("Gx", 1)] // c if D == 2 else None, geo.N * g * H), g * H, 1), cfg.cdtype)
+    ins = {"gx": gx, "w_rec": dir_weight(call, b, l, "R", (g * H, Ho))}
+    if cfg.proj:
+        ins["wr"] = dir_weight(call, b, l, "Wr", (cfg.P, H))
+    if cfg.mode == "GRU" and cfg.has_bR:
+        ins["b_rec"] = dir_weight(call, b, l, "bR", (1, H), 2 * H)
+    for name, width in (("hx", Ho), ("cx", H)):
+        if name in call.present and (name == "hx" or cfg.mode == "LSTM"):
+            ins[name] = dir_state(call, b, name, l, width)
     Y = call.Y(l)
-    save = {}
-    if tr:
-        for name in ("acts", "c", "hpre", "grn"):
-            width = g * H if name == "acts" else H
-            if (name, l, 0) in call.sp.rs:
-                save[name] = [call.region("rs", (name, l, d), width) for d in range(cfg.D)]
-    for d in range(cfg.D):
-        p = l * cfg.D + d
-        Gx = call.region("ws", ("Gx", d), g * H)
-        for b0, nb, Lb in geo.blocks:
-            h = call.state(b, "hx", p, b0, nb, Ho) if "hx" in call.present else None
-            c = call.state(b, "cx", p, b0, nb, H) if (cfg.mode == "LSTM" and "cx" in call.present) else None
-            for t in (range(Lb) if d == 0 else reversed(range(Lb))):
-                def sv(name, k=0, width=H):
-                    return save[name][d].slice(b, t, b0, nb, width, k * H) if name in save else None
-                gx = [Gx.slice(b, t, b0, nb, H, k * H) for k in range(g)]
-                # without c_prev (and outside training) the LSTM forget gate is not needed
-                skip_f = cfg.mode == "LSTM" and c is None and not tr
-                gr = [b.mm(h, call.wmat(b, p, "R", k, transpose=True)) if (h is not None and not (skip_f and k == 1))
-                      else None for k in range(g if cfg.mode != "GRU" else 2)]
-                yt = Y.slice(b, t, b0, nb, Ho, d * Ho)
-                if cfg.mode in ("RELU", "TANH"):
-                    h = b.pw(cfg.mode + "_FWD", b.add_all([gx[0], gr[0]]), out=yt)
-                elif cfg.mode == "LSTM":
-                    i, f, gg, o = (b.pw("TANH_FWD" if k == 2 else "SIGMOID_FWD", b.add_all([gx[k], gr[k]]), out=sv("acts", k))
-                                   if not (skip_f and k == 1) else None for k in range(4))
-                    ig = b.pw("MUL", i, gg, out=None if (c is not None or cfg.clip) else sv("c"))
-                    cn = b.pw("ADD", b.pw("MUL", f, c), ig, out=None if cfg.clip else sv("c")) if c is not None else ig
-                    if cfg.clip:
-                        cn = b.pw("MAX", cn, b.scalar("lclip"), nan_propagation=cfg.clip)
-                        cn = b.pw("MIN", cn, b.scalar("rclip"), nan_propagation=cfg.clip, out=sv("c"))
-                    tc = b.pw("TANH_FWD", cn)
-                    if cfg.proj:
-                        hp = b.pw("MUL", o, tc, out=sv("hpre"))
-                        h = b.mm(hp, call.wmat(b, p, "Wr", transpose=True), out=yt)
-                    else:
-                        h = b.pw("MUL", o, tc, out=yt)
-                    c = cn
-                else:  # GRU
-                    grn = _gru_grn(b, call, p, h, nb, sv("grn"))
-                    # r only scales R_h h + bR_h: without both (and outside training) it is not needed
-                    r = b.pw("SIGMOID_FWD", b.add_all([gx[0], gr[0]]), out=sv("acts", 0)) if (grn is not None or tr) else None
-                    z = b.pw("SIGMOID_FWD", b.add_all([gx[1], gr[1]]), out=sv("acts", 1))
-                    npre = b.pw("ADD", gx[2], b.pw("MUL", r, grn)) if grn is not None else gx[2]
-                    n = b.pw("TANH_FWD", npre, out=sv("acts", 2))
-                    zn = b.pw("MUL", b.pw("NOT", z), n, out=None if h is not None else yt)
-                    h = b.pw("ADD", zn, b.pw("MUL", z, h), out=yt) if h is not None else zn
-            if "hy" in call.present:
-                b.pw("IDENTITY", h if h is not None else b.scalar("zero"), out=call.state(b, "hy", p, b0, nb, Ho))
-            if cfg.mode == "LSTM" and "cy" in call.present:
-                b.pw("IDENTITY", c if c is not None else b.scalar("zero"), out=call.state(b, "cy", p, b0, nb, H))
-    if call.fill and l == cfg.L - 1 and geo.padded:
-        for b0, nb, Lb in geo.blocks:
-            for t in range(Lb, geo.T):
-                b.pw("IDENTITY", b.scalar("fill"), out=Y.slice(b, t, b0, nb, Y.V))
+    y = dir_seq(b, Y, D, Ho)
+    if geo.padded:
+        if call.fill and l == cfg.L - 1:
+            ins["fill"] = b.scalar("fill")
+        else:
+            ins["y_in"] = b.ext(Y.buf, Y.base, y.dims, y.strides, Y.dtype, "y_in")
+    if cfg.clip:
+        ins["lclip"], ins["rclip"] = b.scalar("lclip"), b.scalar("rclip")
+    outs = {"y": y}
+    for name, width in (("hy", Ho), ("cy", H)):
+        if name in call.present and (name == "hy" or cfg.mode == "LSTM"):
+            outs[name] = dir_state(call, b, name, l, width)
+    if call.training:
+        saved = {"LSTM": [("acts", "acts", g * H), ("c_all", "c", H)] + ([("hpre", "hpre", H)] if cfg.proj else []),
+                 "GRU": [("acts", "acts", g * H), ("grn", "grn", H)]}.get(cfg.mode, [])
+        for role, region, width in saved:
+            outs[role] = dir_region(call, b, region, l, width)
+    b.op("RNNRecurrence", ins, outs, rec_attrs(call))
     return b
-
-
-def _gru_grn(b, call, p, h, nb, out):
-    """R_h h + bR_h (the recurrent part of the GRU new gate), or None when it is identically 0."""
-    cfg = call.cfg
-    terms = []
-    if h is not None:
-        terms.append(b.mm(h, call.wmat(b, p, "R", 2, transpose=True),
-                          out=out if not cfg.has_bR else None))
-        if not cfg.has_bR:
-            return terms[0]
-    if cfg.has_bR:
-        terms.append(call.bias(b, p, "bR", 2))
-    if not terms:
-        return b.pw("IDENTITY", b.scalar("zero"), out=out) if out is not None else None
-    if len(terms) == 1 and out is None:
-        return terms[0]
-    if len(terms) == 1:
-        return b.pw("IDENTITY", terms[0], out=out)
-    return b.pw("ADD", terms[0], terms[1], out=out)
 
 
 # -- backward data -------------------------------------------------------------------------------
 
 def build_bwd_rec(call: Call, l: int) -> bg.GraphBuilder:
+    """One RNNRecurrenceBackward op: gate gradients of every step and direction of layer l."""
     cfg, geo = call.cfg, call.geo
     b = call.builder(f"RNNBackwardData.rec{l}")
-    H, g, Ho = cfg.H, cfg.g, cfg.Hout
-    Y, dY = call.Y(l), call.dY(l)
-    for d in range(cfg.D):
-        p = l * cfg.D + d
-        dpre = call.region("rs", ("dpre", l, d), g * H)
-        reg = {name: call.region("rs", (name, l, d), g * H if name == "acts" else (cfg.P if name == "dr" else H))
-               for name in ("acts", "c", "hpre", "grn", "dgrn", "dr") if (name, l, d) in call.sp.rs}
-        for b0, nb, Lb in geo.blocks:
-            dh_next = call.state(b, "dhy", p, b0, nb, Ho) if "dhy" in call.present else None
-            dc_next = call.state(b, "dcy", p, b0, nb, H) if (cfg.mode == "LSTM" and "dcy" in call.present) else None
-            for t in (reversed(range(Lb)) if d == 0 else range(Lb)):
-                tp = t - 1 if d == 0 else t + 1
-                first = not (0 <= tp < Lb)
-
-                def at(name, k=0, width=H, step=t):
-                    return reg[name].slice(b, step, b0, nb, width, k * H)
-                dyt = dY.slice(b, t, b0, nb, Ho, d * Ho)
-                dp = [dpre.slice(b, t, b0, nb, H, k * H) for k in range(g)]
-                if cfg.proj:
-                    dr = b.add_all([dyt, dh_next], out=reg["dr"].slice(b, t, b0, nb, cfg.P))
-                    dh = b.mm(dr, call.wmat(b, p, "Wr"))
-                else:
-                    dh = b.add_all([dyt, dh_next])
-                if cfg.mode in ("RELU", "TANH"):
-                    ht = Y.slice(b, t, b0, nb, Ho, d * Ho)
-                    b.pw("RELU_BWD" if cfg.mode == "RELU" else "TANH_BWD_Y", dh, ht, out=dp[0])
-                    grads = dp
-                elif cfg.mode == "LSTM":
-                    i, f, gg, o = (at("acts", k) for k in range(4))
-                    ct = at("c")
-                    tc = b.pw("TANH_FWD", ct)
-                    b.pw("SIGMOID_BWD_Y", b.pw("MUL", dh, tc), o, out=dp[3])
-                    dc = b.add_all([b.pw("TANH_BWD_Y", b.pw("MUL", dh, o), tc), dc_next])
-                    if cfg.clip:
-                        inside = b.pw("MUL", b.pw("CMP_GT", ct, b.scalar("lclip")), b.pw("CMP_LT", ct, b.scalar("rclip")))
-                        dc = b.pw("MUL", dc, inside)
-                    b.pw("SIGMOID_BWD_Y", b.pw("MUL", dc, gg), i, out=dp[0])
-                    b.pw("TANH_BWD_Y", b.pw("MUL", dc, i), gg, out=dp[2])
-                    c_prev = at("c", step=tp) if not first else (
-                        call.state(b, "cx", p, b0, nb, H) if "cx" in call.present else None)
-                    if c_prev is not None:
-                        b.pw("SIGMOID_BWD_Y", b.pw("MUL", dc, c_prev), f, out=dp[1])
-                    else:
-                        b.pw("IDENTITY", b.scalar("zero"), out=dp[1])
-                    dc_next = b.pw("MUL", dc, f) if (not first or "dcx" in call.present) else None
-                    grads = dp
-                else:  # GRU
-                    r, z, n = (at("acts", k) for k in range(3))
-                    h_prev = Y.slice(b, tp, b0, nb, Ho, d * Ho) if not first else (
-                        call.state(b, "hx", p, b0, nb, Ho) if "hx" in call.present else None)
-                    dpn = b.pw("TANH_BWD_Y", b.pw("MUL", dh, b.pw("NOT", z)), n, out=dp[2])
-                    diff = b.pw("SUB", h_prev, n) if h_prev is not None else b.pw("NEG", n)
-                    b.pw("SIGMOID_BWD_Y", b.pw("MUL", dh, diff), z, out=dp[1])
-                    b.pw("SIGMOID_BWD_Y", b.pw("MUL", dpn, at("grn")), r, out=dp[0])
-                    dgrn = b.pw("MUL", dpn, r, out=at("dgrn"))
-                    grads = [dp[0], dp[1], dgrn]
-                if first and "dhx" not in call.present:
-                    dh_next = None  # no dh_prev is wanted past the first step
-                    continue
-                terms = [b.mm(gk, call.wmat(b, p, "R", k)) for k, gk in enumerate(grads)]
-                if cfg.mode == "GRU":
-                    terms.append(b.pw("MUL", dh, z))
-                dh_next = b.add_all(terms)
-            if "dhx" in call.present:
-                b.pw("IDENTITY", dh_next if dh_next is not None else b.scalar("zero"), out=call.state(b, "dhx", p, b0, nb, Ho))
-            if cfg.mode == "LSTM" and "dcx" in call.present:
-                b.pw("IDENTITY", dc_next if dc_next is not None else b.scalar("zero"), out=call.state(b, "dcx", p, b0, nb, H))
-            if geo.padded:  # zero gate gradients at padding vectors, so dX = dG W stays clean
-                for t in range(Lb, geo.T):
-                    b.pw("IDENTITY", b.scalar("zero"), out=dpre.slice(b, t, b0, nb, g * H))
+    H, g, Ho, D = cfg.H, cfg.g, cfg.Hout, cfg.D
+    if geo.N == 0:
+        for name, width in (("h", Ho), ("c", H)):
+            if f"d{name}x" in call.present:
+                src = dir_state(call, b, f"d{name}y", l, width) if f"d{name}y" in call.present else b.scalar("zero")
+                b.pw("IDENTITY", src, out=dir_state(call, b, f"d{name}x", l, width))
+        return b
+    ins = {"dy": dir_seq(b, call.dY(l), D, Ho), "w_rec": dir_weight(call, b, l, "R", (g * H, Ho))}
+    if cfg.mode in ("RELU", "TANH", "GRU"):
+        ins["y"] = dir_seq(b, call.Y(l), D, Ho)
+    if cfg.mode in ("LSTM", "GRU"):
+        ins["acts"] = dir_region(call, b, "acts", l, g * H)
+    if cfg.mode == "LSTM":
+        ins["c_all"] = dir_region(call, b, "c", l, H)
+        if "cx" in call.present:
+            ins["cx"] = dir_state(call, b, "cx", l, H)
+        if "dcy" in call.present:
+            ins["dcy"] = dir_state(call, b, "dcy", l, H)
+    if cfg.mode == "GRU":
+        ins["grn"] = dir_region(call, b, "grn", l, H)
+        if "hx" in call.present:
+            ins["hx"] = dir_state(call, b, "hx", l, Ho)
+    if "dhy" in call.present:
+        ins["dhy"] = dir_state(call, b, "dhy", l, Ho)
+    if cfg.proj:
+        ins["wr"] = dir_weight(call, b, l, "Wr", (cfg.P, H))
+    if cfg.clip:
+        ins["lclip"], ins["rclip"] = b.scalar("lclip"), b.scalar("rclip")
+    outs = {"dgates": dir_region(call, b, "dpre", l, g * H)}
+    if cfg.mode == "GRU":
+        outs["dgrn"] = dir_region(call, b, "dgrn", l, H)
+    if cfg.proj:
+        outs["dr"] = dir_region(call, b, "dr", l, cfg.P)
+    if "dhx" in call.present:
+        outs["dhx"] = dir_state(call, b, "dhx", l, Ho)
+    if cfg.mode == "LSTM" and "dcx" in call.present:
+        outs["dcx"] = dir_state(call, b, "dcx", l, H)
+    b.op("RNNRecurrenceBackward", ins, outs, rec_attrs(call))
     return b
 
 

@@ -23,9 +23,10 @@ Code that cannot be edited:
   script as ``__main__``;
 * opt-in at interpreter start: ``cudnn-compat install-shim`` writes ``cudnn_compat_shim.pth``
   into site-packages; from then on ``CUDNN_COMPAT_SHIM=1`` (``=stub`` to allow the stand-in)
-  installs a lazy import hook at start-up, which registers the modules the first time one of the
-  names is imported (nothing is imported before that).  Without the variable the file does
-  nothing.  ``cudnn-compat install-shim --remove`` deletes it.
+  imports cudnn_compat and appends a lazy import hook at start-up, which registers the modules the
+  first time one of the names is imported and no other finder has it (CuPy is not imported at
+  start-up).  Without the variable the file does nothing.  ``cudnn-compat install-shim --remove``
+  deletes it.
 
 ``uninstall_cupy_shim()`` undoes what the last install did (tests use it).
 """
@@ -62,6 +63,8 @@ def _deprecated_module():
     warned = []
 
     def __getattr__(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
         if not warned:
             warned.append(True)
             warnings.warn("cupy.cudnn is deprecated. Use cupyx.cudnn instead", DeprecationWarning, stacklevel=2)
@@ -93,12 +96,11 @@ def _is_ours(mod) -> bool:
 def _cupy_has(name: str) -> bool:
     """True when CuPy itself provides ``name`` (importable, and for the low-level module, usable)."""
     mod = sys.modules.get(name)
-    if mod is not None:
-        return not _is_ours(mod)
-    try:
-        mod = importlib.import_module(name)
-    except Exception:  # noqa: BLE001 - ImportError, or CuPy 13 failing to load libcudnn
-        return False
+    if mod is None:
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - ImportError, or CuPy 13 failing to load libcudnn
+            return False
     return not _is_ours(mod) and getattr(mod, "available", True) is not False
 
 
@@ -171,7 +173,7 @@ def install_cupy_shim(allow_stub: bool = False, force: bool = False) -> list:
                 pass
     done = []
     for name in NAMES:
-        if not force and have_cupy and _cupy_has(name):
+        if not force and (_is_ours(sys.modules.get(name)) or (have_cupy and _cupy_has(name))):
             continue
         parent, _, child = name.rpartition(".")
         if parent not in sys.modules:

@@ -8,6 +8,8 @@ layer's tensors carry.
 """
 from __future__ import annotations
 
+import numbers
+
 from _backend.ir import Tensor
 from ._descriptor import Descriptor, resolve
 from ._registry import legacy
@@ -95,8 +97,21 @@ class FilterDescriptor(TensorDescriptor):
     kind = "cudnnFilterDescriptor_t"
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _seq(arg, n: int, argname: str) -> list:
+    """The first ``n`` entries of an int[] argument; BAD_PARAM when it is not a sequence."""
+    try:
+        return list(arg)[:n]
+    except TypeError:
+        raise bad_param(argname, f"must be a sequence of ints, got {type(arg).__name__}") from None
+
+
 def _check_dims(dims, argname="dimA"):
     for i, d in enumerate(dims):
+        check(_is_int(d), argname, f"dimension {i} is {d!r}; dimensions must be ints")  # rule: dims are ints
         check(int(d) > 0, argname, f"dimension {i} is {d}; every dimension must be positive")
     total = 1
     for d in dims:
@@ -107,7 +122,10 @@ def _check_dims(dims, argname="dimA"):
 
 def _check_strides(dims, strides, argname="strideA"):
     for i, s in enumerate(strides):
+        check(_is_int(s), argname, f"stride {i} is {s!r}; strides must be ints")  # rule: strides are ints
         check(int(s) >= 0, argname, f"stride {i} is {s}; strides must not be negative")
+        if int(s) >= MAX_ELEMENTS:  # rule: a stride is a C int below 2^31 (larger ones overflowed the views)
+            raise not_supported(argname, f"stride {i} is {s}, over the 2^31 limit")
     span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
     if span >= MAX_ELEMENTS:
         raise not_supported(argname, f"the tensor spans {span} elements, over the 2^31 limit")
@@ -156,7 +174,7 @@ def setTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, 
 
 
 def _check_nb_dims(nbDims, lo=3):
-    check(isinstance(nbDims, int) and nbDims > 0, "nbDims", f"must be a positive int, got {nbDims!r}")
+    check(_is_int(nbDims) and nbDims > 0, "nbDims", f"must be a positive int, got {nbDims!r}")
     if not lo <= nbDims <= DIM_MAX:
         raise not_supported("nbDims", f"must be in [{lo}, CUDNN_DIM_MAX={DIM_MAX}], got {nbDims}")
 
@@ -167,7 +185,7 @@ def setTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA) -> None:
     _check_dtype(dataType)
     check(int(dataType) not in VECTOR_WIDTH, "dataType", "vector types need a format (cudnnSetTensorNdDescriptorEx)")
     _check_nb_dims(nbDims)
-    dims, strides = list(dimA)[:nbDims], list(strideA)[:nbDims]
+    dims, strides = _seq(dimA, nbDims, "dimA"), _seq(strideA, nbDims, "strideA")
     check(len(dims) == nbDims and len(strides) == nbDims, "dimA/strideA", f"must hold nbDims={nbDims} entries")
     _check_dims(dims)
     _check_strides(dims, strides)
@@ -180,7 +198,7 @@ def setTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA) -> None:
     _check_format(format)
     _check_dtype(dataType)
     _check_nb_dims(nbDims)
-    dims = list(dimA)[:nbDims]
+    dims = _seq(dimA, nbDims, "dimA")
     check(len(dims) == nbDims, "dimA", f"must hold nbDims={nbDims} entries")
     _check_dims(dims)
     _check_vect(format, dataType, dims[1])
@@ -236,7 +254,7 @@ def setFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA) -> N
     _check_dtype(dataType)
     _check_format(format)
     _check_nb_dims(nbDims)
-    dims = list(filterDimA)[:nbDims]
+    dims = _seq(filterDimA, nbDims, "filterDimA")
     check(len(dims) == nbDims, "filterDimA", f"must hold nbDims={nbDims} entries")
     _check_dims(dims, "filterDimA")
     _check_vect(format, dataType, dims[1])

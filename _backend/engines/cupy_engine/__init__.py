@@ -131,3 +131,7 @@ register(rowops.KINDS, rowops)
 from . import stencil  # noqa: E402
 
 register(stencil.KINDS, stencil)
+
+from . import rnn  # noqa: E402  (RNN recurrence and Rng)
+
+register(rnn.KINDS, rnn)

@@ -54,6 +54,7 @@ static __device__ __forceinline__ unsigned short cc_f2b(float f) {
 }
 template <typename T> static __device__ __forceinline__ T cc_pmax(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> static __device__ __forceinline__ T cc_pmin(T a, T b) { return (a < b || a != a) ? a : b; }
+template <typename T> static __device__ __forceinline__ T cc_sq(T x) { return x * x; }
 template <typename T> static __device__ __forceinline__ T cc_sigmoid(T x) { return T(0.5) * (T(1) + tanh(T(0.5) * x)); }
 template <typename S, typename T> static __device__ __forceinline__ S cc_to_int(T v, T lo, T hi) {
   if (v != v) return (S)0;

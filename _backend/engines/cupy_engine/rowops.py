@@ -39,6 +39,7 @@ class RowRun:
         if len(self.specs) > 1:
             cp = runtime.cupy()
             extra = {"ws": cp.empty(self.specs[0].ws_bytes // 4 + 1, dtype=cp.float32)}
+            env = runtime.unalias(env, self.specs[0].guard, self.specs[0].stored)
         for spec in self.specs:
             runtime.launch(spec, env, extra)
 

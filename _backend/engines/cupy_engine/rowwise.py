@@ -25,6 +25,8 @@ from .codegen import (BLOCK, INT32_LIMIT, ITEMSIZE, PREAMBLE, STORAGE, KernelSpe
                       round_expr, store_expr, tensors_compute_type)
 
 TARGET_BLOCKS = 1056  # ~8 blocks of 256 threads per SM of an H100 (132 SMs)
+CHUNK = 4  # elements a thread loads before using any (memory-level parallelism)
+CACHE_MAX = 16  # a row share up to this many elements per thread is kept in registers
 
 
 @dataclass
@@ -138,6 +140,8 @@ def row_kernels(spec: RowSpec) -> list:
         return [ctx.kernel("full")]
     a, b = ctx.kernel("partial"), ctx.kernel("finish")
     a.ws_bytes = len(spec.state) * splits * M * (8 if T == "double" else 4)
+    # the finishing blocks re-read x (and its row's first element) while others write y
+    a.guard, a.stored = tuple(t.uid for t in spec.elem.values()), tuple(mem.stores)
     return [a, b]
 
 
@@ -227,29 +231,63 @@ class _Ctx:
         lines += ["  " + x for x in self.spec.pre]
         return lines
 
-    def elem_loop(self, names, body):
-        T, IDX = self.T, self.IDX
-        lines = [f"  if (live) for ({IDX} k = k0; k < ({IDX}){self.K}; k += kstep) {{"]
-        dl, kc = decompose("k", self.rsizes, "ck", IDX)
-        lines += ["    " + x for x in dl]
-        need = set()
-        for n in names:
-            need.add(self.spec.elem[n].uid)
-        for o in [self.spec.elem_out] if (self.spec.elem_out and body == "apply") else []:
+    def _need(self, names, apply: bool) -> list:
+        """uids whose element offsets a pass needs: the elem tensors it reads, and for the apply
+        pass the output or its epilogue's tensors."""
+        need = {self.spec.elem[n].uid for n in names}
+        o = self.spec.elem_out
+        if apply and o is not None:
             if o.epilogue is not None:
                 need |= set(o.epilogue.loads) | set(o.epilogue.stores)
             else:
                 need.add(o.tensor.uid)
-        for uid in sorted(need):
-            lines.append(f"    const {IDX} o{uid} = om{uid} + {offset_expr(kc, self.rst[uid], IDX)};")
+        return sorted(need)
+
+    def load_phase(self, names, need, U, base, declare=True):
+        """Offsets and values of U elements per thread (k = base + j*kstep), every load issued
+        before any is used: several loads in flight per thread."""
+        T, IDX = self.T, self.IDX
+        lines = []
+        if declare:
+            lines += [f"  {IDX} oa{uid}[{U}];" for uid in need]
+            lines += [f"  {T} c_{n}[{U}];" for n in names]
+        lines.append("  #pragma unroll")
+        lines.append(f"  for (int j = 0; j < {U}; ++j) {{")
+        lines.append(f"    const {IDX} k = {base} + ({IDX})j * kstep;")
+        lines.append(f"    if (live && k < ({IDX}){self.K}) {{")
+        dl, kc = decompose("k", self.rsizes, "ck", IDX)
+        lines += ["      " + x for x in dl]
+        for uid in need:
+            lines.append(f"      oa{uid}[j] = om{uid} + {offset_expr(kc, self.rst[uid], IDX)};")
         for n in names:
             t = self.spec.elem[n]
-            lines.append(f"    const {T} e_{n} = {load_expr(t.dtype, f'p{t.uid}[o{t.uid}]', T)};")
+            lines.append(f"      c_{n}[j] = {load_expr(t.dtype, f'p{t.uid}[oa{t.uid}[j]]', T)};")
+        lines += ["    }", "  }"]
+        return lines
+
+    def compute_phase(self, names, need, U, base, body):
+        T, IDX = self.T, self.IDX
+        lines = ["  #pragma unroll", f"  for (int j = 0; j < {U}; ++j) {{",
+                 f"    const {IDX} k = {base} + ({IDX})j * kstep;",
+                 f"    if (live && k < ({IDX}){self.K}) {{"]
+        lines += [f"      const {IDX} o{uid} = oa{uid}[j];" for uid in need]
+        lines += [f"      const {T} e_{n} = c_{n}[j];" for n in names]
         if body == "accumulate":
-            lines += ["    " + x for x in self.spec.accumulate]
+            lines += ["      " + x for x in self.spec.accumulate]
         else:
-            lines += ["    " + x for x in self.spec.apply]
-            lines += ["    " + x for x in self.output(self.spec.elem_out, "o")]
+            lines += ["      " + x for x in self.spec.apply]
+            lines += ["      " + x for x in self.output(self.spec.elem_out, "o")]
+        lines += ["    }", "  }"]
+        return lines
+
+    def elem_loop(self, names, body):
+        """A pass over the thread's elements of its row, in chunks of CHUNK (loads first)."""
+        IDX = self.IDX
+        need = self._need(names, body == "apply")
+        U = CHUNK
+        lines = [f"  for ({IDX} kb = k0; kb < ({IDX}){self.K}; kb += kstep * ({IDX}){U}) {{"]
+        lines += ["  " + x for x in self.load_phase(names, need, U, "kb")]
+        lines += ["  " + x for x in self.compute_phase(names, need, U, "kb", body)]
         lines.append("  }")
         return lines
 
@@ -317,13 +355,22 @@ class _Ctx:
         body = [PREAMBLE, f'extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({", ".join(params)}) {{']
         body += self.head(kind)
         elems = list(self.spec.elem)
+        per_thread = -(-self.K // (self.lanes * self.splits))
+        cached = kind == "full" and per_thread <= CACHE_MAX and self.spec.elem_out is not None
+        if cached:  # the thread's elements stay in registers between the passes: x is read once
+            apply_names = list(self.spec.apply_elems or elems)
+            need = sorted(set(self._need(elems, False)) | set(self._need(apply_names, True)))
+            body += self.load_phase(elems, need, per_thread, "k0")
         if kind in ("full", "partial"):
             for v, _ in self.spec.state:
                 body.append(f"  {T} m_{v};")
             body.append("  {")
             for v, init in self.spec.state:
                 body.append(f"  {T} st_{v} = {lit(init, T)};")
-            body += self.elem_loop(elems, "accumulate")
+            if cached:
+                body += self.compute_phase(elems, need, per_thread, "k0", "accumulate")
+            else:
+                body += self.elem_loop(elems, "accumulate")
             body += self.tree()
             body.append("  }")
         if kind == "partial":
@@ -343,7 +390,9 @@ class _Ctx:
                 body.append(f"  const {T} m_{v} = a_{v};")  # noqa: the merged state
         if kind in ("full", "finish"):
             body += self.finish_rows()
-            if self.spec.elem_out is not None:
+            if cached:
+                body += self.compute_phase(apply_names, need, per_thread, "k0", "apply")
+            elif self.spec.elem_out is not None:
                 body += self.elem_loop(list(self.spec.apply_elems or elems), "apply")
         body.append("}")
         name, src = name_kernel(f"{self.spec.family}{'' if kind == 'full' else '_' + kind[0]}", "\n".join(body) + "\n")

@@ -114,3 +114,36 @@ def empty(tensor):
     base = cp.empty(span, dtype=storage)
     strides = tuple(s * storage.itemsize for s in tensor.strides)
     return cp.ndarray(tensor.dims, dtype=storage, memptr=base.data, strides=strides)
+
+
+def _span(buf) -> tuple:
+    """[lo, hi) bytes a strided device array covers."""
+    lo = pointer(buf)
+    return lo, lo + buf.itemsize + sum((d - 1) * st for d, st in zip(buf.shape, buf.strides))
+
+
+def unalias(env: dict, guard, stored) -> dict:
+    """``env`` with every ``guard`` input that overlaps a ``stored`` output replaced by a copy
+    (same strides): kernels that read an input at other elements than the one they write
+    (windows, a row's first element across blocks) then never see half-written output."""
+    out = env
+    for u in guard:
+        buf = env.get(u)
+        if buf is None or not hasattr(buf, "strides"):
+            continue
+        lo, hi = _span(buf)
+        for s in stored:
+            o = env.get(s)
+            if o is None or not hasattr(o, "strides"):
+                continue
+            olo, ohi = _span(o)
+            if lo < ohi and olo < hi:
+                cp = cupy()
+                base = cp.empty(hi - lo, dtype=cp.uint8)
+                copy = cp.ndarray(buf.shape, dtype=buf.dtype, memptr=base.data, strides=buf.strides)
+                copy[...] = buf
+                if out is env:
+                    out = dict(env)
+                out[u] = copy
+                break
+    return out

@@ -37,6 +37,8 @@ class StencilSpec:
     inputs: dict  # name -> Tensor the body reads with ld(name, coords)
     body: object  # fn(ctx) -> lines computing ``v`` from the coordinates c0..c{r-1}
     extra_outs: list = field(default_factory=list)  # more RowOuts at the same coordinates (values from body)
+    loop_axis: "int | None" = None  # one thread walks this whole axis (``c<axis>`` is the loop variable)
+    prologue: object = None  # fn(ctx) -> lines run once per thread before the walk
 
 
 class _Ctx:
@@ -71,12 +73,12 @@ def stencil_kernel(spec: StencilSpec) -> KernelSpec:
     dims = spec.out.tensor.dims
     mem = list(loads.values()) + list(stores.values())
     T = tensors_compute_type(mem)
-    n = math.prod(dims)
+    n = math.prod(dims) // (dims[spec.loop_axis] if spec.loop_axis is not None else 1)
     big = max([n] + [max_offset(t.dims, t.strides) + 1 for t in mem]) > INT32_LIMIT
     IDX = "long long" if big else "int"  # signed: window coordinates go negative
     # iterate in the memory order of the first stored tensor
     lead = bstrides(next(iter(stores.values())), dims)
-    order = order_axes(list(range(len(dims))), lead)
+    order = order_axes([a for a in range(len(dims)) if a != spec.loop_axis], lead)
     params = [f"const {STORAGE[t.dtype]}* p{u}" for u, t in loads.items()]
     params += [f"{STORAGE[t.dtype]}* p{u}" for u, t in stores.items()]
     args = [("buf", u) for u in loads] + [("buf", u) for u in stores]
@@ -92,15 +94,28 @@ def stencil_kernel(spec: StencilSpec) -> KernelSpec:
     for a, c in zip(order, oc):
         coords[a] = c
     for a, c in enumerate(coords):
-        body.append(f"  const {IDX} c{a} = {c};")
+        if a != spec.loop_axis:
+            body.append(f"  const {IDX} c{a} = {c};")
     cnames = [f"c{a}" for a in range(len(dims))]
     ctx = _Ctx(spec, T, IDX, cnames)
-    body += ["  " + x for x in spec.body(ctx)]
+    pad = "  "
+    if spec.loop_axis is not None:
+        if spec.prologue is not None:
+            body += ["  " + x for x in spec.prologue(ctx)]
+        body.append(f"  for ({IDX} c{spec.loop_axis} = 0; c{spec.loop_axis} < {dims[spec.loop_axis]}; "
+                    f"++c{spec.loop_axis}) {{")
+        pad = "    "
+    body += [pad + x for x in spec.body(ctx)]
     for o in outs:
-        body += ["  " + x for x in _store(o, cnames, T, IDX)]
+        body += [pad + x for x in _store(o, cnames, T, IDX)]
+    if spec.loop_axis is not None:
+        body.append("  }")
     body.append("}")
     name, src = name_kernel(spec.family, "\n".join(body) + "\n")
-    return KernelSpec(name, src, args, params, (max(1, -(-n // BLOCK)), 1, 1), (BLOCK, 1, 1), 0, (), spec.family)
+    k = KernelSpec(name, src, args, params, (max(1, -(-n // BLOCK)), 1, 1), (BLOCK, 1, 1), 0, (), spec.family)
+    k.guard = tuple(t.uid for t in spec.inputs.values())  # read at other positions: unalias first
+    k.stored = tuple(stores)
+    return k
 
 
 def _store(o: RowOut, coords, T, IDX):
@@ -279,17 +294,24 @@ def _lrn_d(c, x, a, ch: str):
     return lines, f"D_{tag}"
 
 
+def _pow(c, base: str, e: float) -> str:
+    """base**e for base > 0: exp2(e*log2(base)) (faster than pow for float, same accuracy class)."""
+    return f"exp2({c.lit(e)} * log2({base}))"
+
+
 def _lrn_forward(step):
+    """One thread per (n, spatial position) walks the channels: its window's elements stay in
+    L1 from one channel to the next, the coordinates are computed once per thread."""
     op = step.op
     a = op.attrs
     x = op.inputs["x"]
 
     def body(c):
         lines, d = _lrn_d(c, x, a, "c1")
-        lines.append(f"const {c.T} v = {c.ld('x', c.c)} * pow({d}, {c.lit(-a['beta'])});")
+        lines.append(f"const {c.T} v = {c.ld('x', c.c)} * {_pow(c, d, -a['beta'])};")
         return lines
 
-    k = stencil_kernel(StencilSpec("lrnfwd", _out(step, "y", "v"), {"x": x}, body))
+    k = stencil_kernel(StencilSpec("lrnfwd", _out(step, "y", "v"), {"x": x}, body, loop_axis=1))
     return [KernelRun([k], _temps(step))]
 
 
@@ -314,7 +336,7 @@ def _lrn_backward(step):
                   f"  const {c.IDX} cc = c1 + q;",
                   f"  if (cc < 0 || cc >= {x.dims[1]}) continue;",
                   f"  acc += {c.ld('t', ['c0', 'cc'] + c.c[2:])};", "}",
-                  f"const {c.T} v = {c.ld('dy', c.c)} * pow({d}, {c.lit(-a['beta'])}) - "
+                  f"const {c.T} v = {c.ld('dy', c.c)} * {_pow(c, d, -a['beta'])} - "
                   f"{c.lit(2.0 * a['alpha'] * a['beta'] / a['n'])} * {c.ld('x', c.c)} * acc;"]
         return lines
 
@@ -360,7 +382,7 @@ def _divnorm_forward(step):
 
     def body(c):
         lines, _ = _divnorm_d(c, x, a, "means" in ins)
-        lines.append(f"const {c.T} v = {c.ld('x', c.c)} * pow(D, {c.lit(-a['beta'])});")
+        lines.append(f"const {c.T} v = {c.ld('x', c.c)} * {_pow(c, 'D', -a['beta'])};")
         return lines
 
     k = stencil_kernel(StencilSpec("divnfwd", _out(step, "y", "v"), ins, body))
@@ -381,7 +403,7 @@ def _divnorm_backward(step):
 
     def body1(c):  # g = dy x D^-(beta+1); dmeans = 2 c beta g (s1 - cnt m)
         lines, cc = _divnorm_d(c, x, a, has_m)
-        lines.append(f"const {c.T} v = {c.ld('dy', c.c)} * {c.ld('x', c.c)} * pow(D, {c.lit(-(beta + 1.0))});")
+        lines.append(f"const {c.T} v = {c.ld('dy', c.c)} * {c.ld('x', c.c)} * {_pow(c, 'D', -(beta + 1.0))};")
         lines.append(f"const {c.T} dm = {c.lit(2.0 * cc * beta)} * v * (s1 - cnt * mi);")
         return lines
 
@@ -399,7 +421,7 @@ def _divnorm_backward(step):
         lines.append(f"  const {c.T} gi = {c.ld('g', co)};")
         lines.append("  sg += gi;" + (f" sgm += gi * {c.ld('means', co)};" if has_m else ""))
         lines += close
-        lines.append(f"const {c.T} v = {c.ld('dy', c.c)} * pow(D, {c.lit(-beta)}) - "
+        lines.append(f"const {c.T} v = {c.ld('dy', c.c)} * {_pow(c, 'D', -beta)} - "
                      f"{c.lit(2.0 * cc * beta)} * ({c.ld('x', c.c)} * sg - sgm);")
         return lines
 

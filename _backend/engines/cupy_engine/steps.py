@@ -32,6 +32,9 @@ class KernelRun:
                 env[t.uid] = runtime.empty(t)
         extra = self.extra(env, ctx) if self.extra is not None else None
         for spec in self.variants:
+            guard = getattr(spec, "guard", ())
+            if guard:
+                env = runtime.unalias(env, guard, spec.stored)
             if not spec.aligned or runtime.aligned(env, spec.aligned):
                 runtime.launch(spec, env, extra)
                 return

@@ -1,0 +1,566 @@
+"""Fusion across legacy calls (architecture.md "Beyond the legacy API: Fusion").
+
+    with cudnn_compat.fuse(handle):
+        cudnnConvolutionForward(h, 1, xd, x, wd, w, cd, algo, ws, wss, 0, yd, y)
+        cudnnAddTensor(h, 1, bd, bias, 1, yd, y)
+        cudnnActivationForward(h, relu, 1, yd, y, 0, yd, y)
+    # y is written here (one conv+bias+relu graph on the native cudnn engine)
+
+Inside the block the deferrable calls (``DEFERRABLE``: convolution, AddTensor bias, activation,
+BN inference, OpTensor, pooling, softmax, ...) are validated as usual (errors are raised at the
+call, nothing is written) and recorded instead of run.  They are executed at the end of the block,
+or at the first legacy call that may need their results (any other compute call, SetStream,
+Destroy, Find...: every legacy function but descriptor and query functions), or at
+``scope.flush()``: call it before reading an output from Python inside the block.
+
+How the recorded calls become graphs:
+  * Dataflow by memory: a call reading the exact buffer region (address, dims, strides, dtype) a
+    recorded call wrote reads that value inside the graph.  A value whose region a later call
+    overwrites exactly, and that only calls of the same graph read, is a virtual tensor (in the
+    compute type); every other value is written to the caller's buffer as the unfused call would
+    write it (intermediate outputs the caller can still see are written).
+  * Hazards end the run of recorded calls (they are executed first): a partial overlap of a write
+    with an earlier read or write, and a write over a region an earlier call read other than
+    element-wise at the same index.
+  * Scalars equal to 1 are folded away and copies (IDENTITY) collapse, so conv + AddTensor(bias,
+    beta=1) + ActivationForward(relu) is exactly the ConvBiasAct graph of 000.
+  * The run is split into the fewest graphs for which no engine is worse in heuristics order than
+    the calls alone would get: on the GPU conv + bias + activation (+ residual add) goes to the
+    native cudnn engine as one runtime-fusion graph, pointwise chains to the cupy engine as one
+    kernel, and a second convolution starts a new graph; on the CPU the whole run is one graph.
+  * Recipes (graphs + bindings) are cached by the run's signature (the calls' plan-cache keys, the
+    dataflow, the scalars that are 1) and their plans live in the plan cache, so a repeated block
+    costs one dict lookup and one plan execution per graph.  A graph no engine takes runs as the
+    individual calls.
+
+Don't modify inputs of deferred calls from Python before the block ends (or ``flush()``).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from _backend import planner
+from _backend.heuristics import ORDER, engine_order, forced_engine
+from _backend.ir import GraphError, Operation, OperationGraph, Tensor
+from . import _call, _registry, trace as _trace
+from ._data import _host_view, bind, device_pointer, extent_bytes
+from .errors import CuDNNError, bad_param
+from .handle import get_handle
+
+log = logging.getLogger("cudnn_compat")
+
+DEFERRABLE = frozenset({
+    "cudnnConvolutionForward", "cudnnConvolutionBiasActivationForward", "cudnnAddTensor", "cudnnOpTensor",
+    "cudnnActivationForward", "cudnnBatchNormalizationForwardInference", "cudnnPoolingForward",
+    "cudnnSoftmaxForward", "cudnnScaleTensor", "cudnnSetTensor",
+})
+_QUERY_PREFIXES = ("cudnnGet", "cudnnCreate")  # queries and object creation touch no data
+NONE = 1 << 20  # rank of a graph no engine takes
+
+
+def _harmless(c_name: str) -> bool:
+    """Calls that cannot observe pending results: descriptor functions, queries, creation."""
+    return "Descriptor" in c_name or c_name.startswith(_QUERY_PREFIXES)
+
+
+# -- recorded calls ----------------------------------------------------------------------------
+
+@dataclass
+class _Pending:
+    name: str
+    key: tuple  # full plan-cache key
+    plan: object  # the call's own plan (its graph is the snapshot the recipe merges)
+    bound: dict  # uid -> (data, engine buffer or device pointer, tensor, argname)
+    scalars: dict  # uid -> float
+    sources: dict = field(default_factory=dict)  # input uid -> (call index, output uid) read inside the run
+    superseded: set = field(default_factory=set)  # output uids a later call overwrites exactly
+    workspace: object = None
+    workspace_size: int = 0
+
+    def ones(self) -> tuple:
+        return tuple(u for u, v in self.scalars.items() if v == 1.0)
+
+
+def _elementwise_reader(graph, uid: int, dims) -> bool:
+    """Every op reading ``uid`` is a Pointwise op producing the same dims: it reads element i
+    for output element i, so writing that region later in the same run is safe."""
+    for op in graph.ops:
+        for t in op.inputs.values():
+            if t.uid == uid and not (op.kind == "Pointwise" and op.outputs["y"].dims == tuple(dims)):
+                return False
+    return True
+
+
+class _Hazard(Exception):
+    pass
+
+
+class Scope:
+    """One ``fuse()`` block: the recorded calls of a handle and the bookkeeping of their memory."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.pending: list = []
+        self._writes: dict = {}  # address -> (end, layout, call index, uid): the latest value there
+        self._reads: list = []  # (lo, hi, layout, element-wise, call index)
+        # statistics (tests and benchmarks): graphs executed per engine, calls deferred, flushes
+        self.graphs: dict = {}
+        self.deferred = 0
+        self.flushes = 0
+
+    # -- recording -------------------------------------------------------------------------
+    def record(self, name, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg) -> bool:
+        """Validate and record one compute call of legacy function ``name``; False when it cannot be
+        deferred (run it now)."""
+        full = (handle.place, handle.device) + tuple(key)
+        plan = planner.get_plan(full, build, handle.place)
+        if workspace_arg is not None:
+            _call.check_workspace(plan, workspace, workspace_size, workspace_arg)
+        gpu = handle.place == "gpu"
+        bound, spans = {}, {}
+        for uid, t in _call._externals(plan).items():
+            if t.is_by_value:
+                continue
+            data, argname = tensors[uid] if uid in tensors else tensors[uid - _call.Y_PRIOR_OFFSET]
+            if isinstance(data, np.ndarray) and not data.flags.writeable and uid in _call._written(plan):
+                raise bad_param(argname, "is a read-only array but the call writes it")
+            if gpu:
+                if isinstance(data, np.ndarray):
+                    return False  # NumPy buffers on a GPU handle are staged per call
+                buf = device_pointer(data, t, argname)
+                addr = buf
+            else:
+                buf = _host_view(data, t, argname)
+                addr = buf.__array_interface__["data"][0]
+            bound[uid] = (data, buf, t, argname)
+            spans[uid] = (addr, addr + extent_bytes(t), (t.dims, t.strides, t.dtype))
+        call = _Pending(name, full, plan, bound, dict(scalars), workspace=workspace,
+                        workspace_size=int(workspace_size or 0))
+        try:
+            self._link(call, spans)
+        except _Hazard:
+            self.flush()
+            self._link(call, spans)
+        self.pending.append(call)
+        self.deferred += 1
+        return True
+
+    def _link(self, call: _Pending, spans: dict) -> None:
+        """Connect the call's inputs to recorded values and register its writes (or raise _Hazard,
+        changing nothing)."""
+        graph = call.plan.graph
+        index = len(self.pending)
+        ins = {t.uid for t in graph.external_inputs() if not t.is_by_value}
+        outs = {t.uid for t in graph.external_outputs()}
+        sources, reads, supersede = {}, [], []
+        for uid in ins:
+            lo, hi, layout = spans[uid]
+            hit = self._writes.get(lo)
+            if hit is not None and hit[1] == layout and hit[0] == hi:
+                sources[uid] = (hit[2], hit[3])
+            elif any(lo < end and w_lo < hi for w_lo, (end, *_r) in self._writes.items()):
+                raise _Hazard
+            reads.append((lo, hi, layout, _elementwise_reader(graph, uid, layout[0]), index))
+        for uid in outs:
+            lo, hi, layout = spans[uid]
+            for w_lo, (end, w_layout, j, u) in self._writes.items():
+                if lo < end and w_lo < hi:
+                    if w_lo == lo and end == hi and w_layout == layout:
+                        supersede.append((j, u))
+                    else:
+                        raise _Hazard
+            for r_lo, r_hi, r_layout, elementwise, _j in self._reads:
+                if lo < r_hi and r_lo < hi and not (r_lo == lo and r_hi == hi and r_layout == layout and elementwise):
+                    raise _Hazard
+        call.sources = sources
+        for j, u in supersede:
+            self.pending[j].superseded.add(u)
+        for uid in outs:
+            lo, hi, layout = spans[uid]
+            self._writes[lo] = (hi, layout, index, uid)
+        self._reads.extend(reads)
+
+    # -- execution ---------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Execute the recorded calls (as few graphs as the engines accept)."""
+        calls, self.pending = self.pending, []
+        self._writes, self._reads = {}, []
+        if not calls:
+            return
+        self.flushes += 1
+        if len(calls) == 1:
+            self._run_single(calls[0])
+            return
+        recipe = _recipe(calls, self.handle.place)
+        for seg in recipe.segments:
+            if seg.graph is None:
+                for i in seg.calls:
+                    self._run_single(calls[i])
+                continue
+            try:
+                plan = planner.get_plan((self.handle.place, self.handle.device, "fuse", recipe.id, seg.index),
+                                        lambda: seg.graph, self.handle.place)
+            except GraphError as e:
+                log.warning("fuse: no engine runs the fused graph of %s (%s); running the calls one by one",
+                            ", ".join(calls[i].key[2] if isinstance(calls[i].key[2], str) else "?" for i in seg.calls), e)
+                seg.graph = None
+                for i in seg.calls:
+                    self._run_single(calls[i])
+                continue
+            self._execute(plan, calls, seg.buffers, seg.scalars,
+                          (self.handle.place, self.handle.device, "fuse", recipe.id, seg.index),
+                          names=[calls[i].name for i in seg.calls])
+
+    def _run_single(self, call: _Pending) -> None:
+        self._execute(call.plan, [call], {u: (0, u) for u in call.bound}, {u: (0, u) for u in call.scalars},
+                      call.key, call.workspace, call.workspace_size, names=[call.name])
+
+    def _execute(self, plan, calls, buffers: dict, scalars: dict, key, workspace=None, workspace_size: int = 0,
+                 names=()):
+        h = self.handle
+        raw = h.place == "gpu" and getattr(plan, "raw_pointers", False)
+        data = {}
+        for uid, t in _call._externals(plan).items():
+            if t.is_by_value:
+                i, u = scalars[uid]
+                data[uid] = calls[i].scalars[u]
+            else:
+                i, u = buffers[uid]
+                src, buf, _t, argname = calls[i].bound[u]
+                data[uid] = buf if (raw or h.place == "cpu") else bind(h, src, t, argname)
+        need = int(plan.workspace_size)
+        if need > 0 and (workspace is None or workspace_size < need):
+            workspace, workspace_size = _workspace(h, need), need
+        try:
+            plan = planner.execute(plan, data, workspace, workspace_size, h.stream, key)
+        except GraphError as e:
+            raise _registry.graph_error(e, "fuse") from None
+        _call._LAST.plan = plan
+        self.graphs[plan.engine] = self.graphs.get(plan.engine, 0) + 1
+        if _trace.active() is not None:
+            _trace.active().record_flush(h, plan, key, list(names))
+
+
+_WS = threading.local()
+
+
+def _workspace(handle, need: int):
+    """A device workspace of at least ``need`` bytes, kept per thread (the CPU engines need none)."""
+    if handle.place != "gpu":
+        return None
+    buf = getattr(_WS, "buf", None)
+    if buf is None or buf.nbytes < need:
+        import cupy
+        buf = _WS.buf = cupy.empty(need, cupy.uint8)
+    return buf
+
+
+# -- recipes: the graphs of a run of recorded calls ---------------------------------------------
+
+@dataclass
+class _Segment:
+    index: int
+    calls: list  # call indexes
+    graph: "OperationGraph | None"
+    buffers: dict  # merged uid -> (call index, uid in that call's graph)
+    scalars: dict  # merged uid -> (call index, uid)
+
+
+@dataclass
+class _Recipe:
+    id: int
+    segments: list
+
+
+_RECIPES: dict = {}
+_RECIPES_MAX = 512
+_ids = itertools.count(1)
+_rlock = threading.Lock()
+
+
+def run_signature(calls) -> tuple:
+    return tuple((c.key, c.ones(), tuple(sorted(c.sources.items())), tuple(sorted(c.superseded))) for c in calls)
+
+
+def _recipe(calls, place: str) -> _Recipe:
+    sig = (ORDER.get(place), forced_engine(), run_signature(calls))  # the split depends on the engines
+    r = _RECIPES.get(sig)
+    if r is None:
+        r = _Recipe(next(_ids), _segments(calls, place))
+        with _rlock:
+            if len(_RECIPES) >= _RECIPES_MAX:
+                _RECIPES.clear()
+            _RECIPES[sig] = r
+    return r
+
+
+def _segments(calls, place: str) -> list:
+    """Greedy: extend the current graph by the next call while no engine gets worse."""
+    n = len(calls)
+    stride = 1 + max(t.uid for c in calls for t in c.plan.graph.tensors().values())
+    groups, start = [], 0
+    alone = [_rank(_build(calls, [i], stride)[0], place) for i in range(n)]
+    cur = alone[0]
+    for i in range(1, n):
+        g = _build(calls, list(range(start, i + 1)), stride)[0]
+        r = _rank(g, place)
+        if r <= cur and r <= alone[i] and r < NONE:
+            cur = r
+            continue
+        groups.append(list(range(start, i)))
+        start, cur = i, alone[i]
+    groups.append(list(range(start, n)))
+    segs = []
+    for k, idx in enumerate(groups):
+        g, bufs, scal = _build(calls, idx, stride)
+        if g is not None:
+            try:
+                g.finalize()
+            except GraphError as e:
+                log.warning("fuse: merged graph failed %s; running its calls one by one", e.check)
+                g = None
+        segs.append(_Segment(k, idx, g, bufs, scal))
+    return segs
+
+
+def _rank(graph, place: str) -> int:
+    """Heuristics position of the first engine that takes ``graph`` (NONE when none does)."""
+    try:
+        graph.finalize()
+    except GraphError:
+        return NONE
+    for i, eng in enumerate(engine_order(place)):
+        if place not in eng.places or eng.available():
+            continue
+        try:
+            if eng.check_support(graph, place) is None:
+                return i
+        except Exception:  # noqa: BLE001 - an engine's probe failing means it does not take the graph
+            continue
+    return NONE
+
+
+def _compute(dtype: str) -> str:
+    return "float64" if dtype == "float64" else "float32"
+
+
+def _build(calls, idx: list, stride: int):
+    """The merged graph of calls ``idx`` (a contiguous range), its buffer and scalar bindings."""
+    inside = set(idx)
+    readers: dict = {}  # (call, uid) -> set of reading calls
+    for i, c in enumerate(calls):
+        for src in c.sources.values():
+            readers.setdefault(src, set()).add(i)
+    merged: dict = {}  # (call, uid) -> merged Tensor
+    buffers, scalars = {}, {}
+    ops = []
+
+    def value_tensor(i, t):
+        """The merged tensor of output ``t`` of call ``i``: virtual when nobody outside reads it and a
+        later call overwrites its region."""
+        key = (i, t.uid)
+        rd = readers.get(key, set())
+        uid = (i + 1) * stride + t.uid
+        if t.uid in calls[i].superseded and rd and rd <= inside:
+            m = Tensor(uid, t.dims, t.strides, _compute(t.dtype), is_virtual=True, name=t.name)
+        else:
+            m = Tensor(uid, t.dims, t.strides, t.dtype, name=t.name)
+            buffers[uid] = key
+        merged[key] = m
+        return m
+
+    for i in idx:
+        c = calls[i]
+        g = c.plan.graph
+        local: dict = {}
+        for t in g.external_inputs():
+            uid = (i + 1) * stride + t.uid
+            if t.is_by_value:
+                local[t.uid] = Tensor(uid, t.dims, t.strides, t.dtype, is_by_value=True, name=t.name)
+                scalars[uid] = (i, t.uid)
+            elif t.uid in c.sources:
+                j, u = c.sources[t.uid]
+                if j in inside:
+                    local[t.uid] = merged[(j, u)]
+                else:  # produced by an earlier graph: read from its buffer
+                    src = calls[j].bound[u][2]
+                    m = Tensor((j + 1) * stride + u, src.dims, src.strides, src.dtype, name=src.name)
+                    buffers[m.uid] = (j, u)
+                    local[t.uid] = m
+            else:
+                local[t.uid] = Tensor(uid, t.dims, t.strides, t.dtype, name=t.name)
+                buffers[uid] = (i, t.uid)
+        outs = {t.uid for t in g.external_outputs()}
+        for op in g.ops:
+            ins = {}
+            for role, t in op.inputs.items():
+                if t.uid not in local:
+                    local[t.uid] = Tensor((i + 1) * stride + t.uid, t.dims, t.strides, t.dtype, t.is_virtual,
+                                          t.is_by_value, t.name)
+                ins[role] = local[t.uid]
+            o = {}
+            for role, t in op.outputs.items():
+                if t.uid in outs:
+                    local[t.uid] = value_tensor(i, t)
+                elif t.uid not in local:
+                    local[t.uid] = Tensor((i + 1) * stride + t.uid, t.dims, t.strides, t.dtype, t.is_virtual,
+                                          t.is_by_value, t.name)
+                o[role] = local[t.uid]
+            ops.append(Operation(op.kind, ins, o, dict(op.attrs)))
+    ones = {uid for uid, (i, u) in scalars.items() if calls[i].scalars.get(u) == 1.0}
+    ops = _simplify(ops, ones)
+    used = {t.uid for op in ops for t in list(op.inputs.values()) + list(op.outputs.values())}
+    buffers = {u: v for u, v in buffers.items() if u in used}
+    scalars = {u: v for u, v in scalars.items() if u in used}
+    name = "+".join(op.kind for op in ops if op.kind != "Pointwise") or "Pointwise"
+    return OperationGraph(ops, f"fused {name}"), buffers, scalars
+
+
+def _simplify(ops: list, ones: set) -> list:
+    """Fold by-value scalars equal to 1 out of Pointwise ops; drop IDENTITY copies into virtual
+    tensors (consumers read the source) and IDENTITY copies out of virtual tensors read once
+    (the producer writes the destination)."""
+    out = []
+    for op in ops:
+        if op.kind == "Pointwise":
+            ins = {r: t for r, t in op.inputs.items() if not (r in ("alpha1", "alpha2") and t.uid in ones)}
+            op = Operation(op.kind, ins, op.outputs, op.attrs)
+        out.append(op)
+    ops = out
+    changed = True
+    while changed:
+        changed = False
+        reads: dict = {}
+        for k, op in enumerate(ops):
+            for t in op.inputs.values():
+                reads.setdefault(t.uid, []).append(k)
+        producer = {t.uid: k for k, op in enumerate(ops) for t in op.outputs.values()}
+        for k, op in enumerate(ops):
+            if not (op.kind == "Pointwise" and op.attrs.get("mode") == "IDENTITY" and set(op.inputs) == {"x"}):
+                continue
+            x, y = op.inputs["x"], op.outputs["y"]
+            if x.dims != y.dims:
+                continue
+            if y.is_virtual and (x.dtype == y.dtype or (x.dtype in ("float16", "bfloat16") and y.dtype == "float32")):
+                ops = [_replace(o, y, x) for j, o in enumerate(ops) if j != k]
+                changed = True
+                break
+            p = producer.get(x.uid)
+            if x.is_virtual and p is not None and reads.get(x.uid) == [k] and len(ops[p].outputs) == 1:
+                prod = ops[p]
+                role = next(iter(prod.outputs))
+                ops[p] = Operation(prod.kind, prod.inputs, {role: y}, prod.attrs)
+                del ops[k]
+                changed = True
+                break
+    return ops
+
+
+def _replace(op, old: Tensor, new: Tensor):
+    if not any(t.uid == old.uid for t in op.inputs.values()):
+        return op
+    return Operation(op.kind, {r: (new if t.uid == old.uid else t) for r, t in op.inputs.items()}, op.outputs, op.attrs)
+
+
+# -- hooks and the public context manager --------------------------------------------------------
+
+class _State(threading.local):
+    def __init__(self):
+        self.scopes: list = []
+        self.depth = 0
+        self.deferring = None  # the deferrable legacy function being called
+
+
+_TL = _State()
+_installed = [0]
+_ilock = threading.Lock()
+
+
+def _on_call(proceed, c_name, args, kwargs):
+    st = _TL
+    if not st.scopes or st.depth:
+        return proceed(args, kwargs)
+    if c_name in DEFERRABLE:
+        st.deferring = c_name
+    elif not _harmless(c_name):
+        st.scopes[-1].flush()
+    st.depth += 1
+    try:
+        return proceed(args, kwargs)
+    finally:
+        st.depth -= 1
+        st.deferring = None
+
+
+def _on_run(proceed, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg):
+    st = _TL
+    if not st.scopes:
+        return proceed(handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
+    scope = st.scopes[-1]
+    if st.deferring and handle is scope.handle:
+        if scope.record(st.deferring, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg):
+            return None
+    scope.flush()  # a compute call that is not deferred may read pending results
+    return proceed(handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
+
+
+def _install() -> None:
+    with _ilock:
+        if _installed[0] == 0:
+            _registry.HOOKS.append(_on_call)
+            _call.HOOKS.append(_on_run)
+        _installed[0] += 1
+
+
+def _uninstall() -> None:
+    with _ilock:
+        _installed[0] -= 1
+        if _installed[0] == 0:
+            _registry.HOOKS.remove(_on_call)
+            _call.HOOKS.remove(_on_run)
+
+
+@contextlib.contextmanager
+def fuse(handle):
+    """Defer the deferrable legacy calls made on ``handle`` inside the block and run them as few
+    fused graphs at its end (see the module docstring).  Yields the ``Scope`` (``flush()``,
+    statistics: ``graphs`` per engine, ``deferred``, ``flushes``)."""
+    h = get_handle(handle)
+    scope = Scope(h)
+    _install()
+    _TL.scopes.append(scope)
+    failed = False
+    try:
+        yield scope
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        _TL.scopes.remove(scope)
+        try:
+            scope.flush()
+        except CuDNNError:
+            if not failed:
+                raise
+        finally:
+            _uninstall()
+
+
+def flush() -> None:
+    """Execute what the innermost ``fuse()`` block of this thread has recorded so far."""
+    if _TL.scopes:
+        _TL.scopes[-1].flush()
+
+
+def pending() -> int:
+    """Number of calls the innermost ``fuse()`` block of this thread holds."""
+    return len(_TL.scopes[-1].pending) if _TL.scopes else 0
+
+
+__all__ = ["fuse", "flush", "pending", "Scope", "DEFERRABLE"]
