@@ -48,7 +48,7 @@ def f32_to_bf16(values: np.ndarray) -> np.ndarray:
     nan = np.isnan(f)
     if nan.any():
         rounded = np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), rounded)
-    return rounded
+    return rounded.reshape(np.shape(values))  # ascontiguousarray made a 0-d input 1-d
 
 
 def load(view: np.ndarray, name: str) -> np.ndarray:

@@ -65,6 +65,23 @@ PROTOTYPES = {
     "cudnnSetOpTensorDescriptor": [_vp, _int, _int, _int],
     "cudnnOpTensor": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp],
 }
+# the v8 RNN API and dropout (cudnn_adv.h / cudnn_ops.h of cuDNN 9, unchanged since 8.0); helpers in legacy_cudnn_rnn
+_u32, _f32, _ull = ctypes.c_uint32, ctypes.c_float, ctypes.c_ulonglong
+PROTOTYPES.update({
+    "cudnnCreateRNNDescriptor": [_pvp], "cudnnDestroyRNNDescriptor": [_vp],
+    "cudnnSetRNNDescriptor_v8": [_vp] + [_int] * 12 + [_vp, _u32],
+    "cudnnCreateRNNDataDescriptor": [_pvp], "cudnnDestroyRNNDataDescriptor": [_vp],
+    "cudnnSetRNNDataDescriptor": [_vp, _int, _int, _int, _int, _int, _pint, _vp],
+    "cudnnGetRNNWeightSpaceSize": [_vp, _vp, _psz],
+    "cudnnGetRNNTempSpaceSizes": [_vp, _vp, _int, _vp, _psz, _psz],
+    "cudnnGetRNNWeightParams": [_vp, _vp, _int, _sz, _vp, _int, _vp, _pvp, _vp, _pvp],
+    "cudnnRNNForward": [_vp, _vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp, _sz, _vp,
+                        _sz, _vp],
+    "cudnnCreateDropoutDescriptor": [_pvp], "cudnnDestroyDropoutDescriptor": [_vp],
+    "cudnnDropoutGetStatesSize": [_vp, _psz],
+    "cudnnSetDropoutDescriptor": [_vp, _vp, _f32, _vp, _sz, _ull],
+    "cudnnGetTensorNdDescriptor": [_vp, _int, _pint, _pint, _pint, _pint],
+})
 # cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
 DATA_TYPE = _lib.DATA_TYPE
 TENSOR_NCHW, TENSOR_NHWC = 0, 1

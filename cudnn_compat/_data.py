@@ -148,6 +148,9 @@ def scalar(value, argname: str, double: bool = False) -> float:
         return float(value)
     if isinstance(value, int):
         if value >= POINTER_MIN:
+            from ._descriptor import _LIVE
+            if value in _LIVE:  # a descriptor id where a host pointer belongs: never dereference it
+                raise bad_param(argname, f"is {_LIVE[value]!r}, not a host pointer to a scalar")
             ctype = ctypes.c_double if double else ctypes.c_float
             return float(ctype.from_address(value).value)
         return float(value)

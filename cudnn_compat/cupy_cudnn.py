@@ -25,23 +25,24 @@ A family registered after this module was imported is still found (module ``__ge
 """
 from __future__ import annotations
 
-import ctypes
-import functools
-import inspect
-import numbers
+import ctypes as _ctypes
+import functools as _functools
+import inspect as _inspect
+import numbers as _numbers
 
 from . import enums as _enums
 from ._conv_algos import CuDNNAlgoPerf
 from ._data import POINTER_MIN as _POINTER_MIN
 from ._registry import CUPY_NAMES as _CUPY_NAMES, LEGACY as _LEGACY
 from .errors import STATUS as _STATUS, CuDNNError as _BaseError, getErrorString as _error_string
-from .handle import COMPAT_VERSION as _COMPAT_VERSION
+from ._descriptor import _LIVE
+from .handle import COMPAT_VERSION as _COMPAT_VERSION, Handle as _Handle
 
 available = True  # CuPy 13: False when libcudnn could not be loaded
 _DATA_TYPE = _enums.ENUMS["cudnnDataType_t"]
 
 # -- constants: every cuDNN enum value, the status codes, and CuPy 13's extras ----------------------
-globals().update({k: v for k, v in vars(_enums).items() if k.startswith("CUDNN_") and isinstance(v, numbers.Number)})
+globals().update({k: v for k, v in vars(_enums).items() if k.startswith("CUDNN_") and isinstance(v, _numbers.Number)})
 globals().update({k: v for _vals in _enums.ENUMS.values() for k, v in _vals.items() if k.startswith("CUDNN_")})
 globals().update({k: v for k, v in getattr(_enums, "CONSTANTS", {}).items() if k.startswith("CUDNN_")})
 globals().update(_STATUS)
@@ -101,10 +102,8 @@ _NO_STREAM = frozenset({"setStream", "getStream", "destroy"})
 
 def _bind_current_stream(handle) -> None:
     """CuPy 13's ``_setStream(handle)``: a GPU handle runs on the current CuPy stream."""
-    from .handle import Handle
-    from ._descriptor import _LIVE
-    h = handle if isinstance(handle, Handle) else _LIVE.get(handle) if isinstance(handle, int) else None
-    if isinstance(h, Handle) and h.place == "gpu":
+    h = handle if isinstance(handle, _Handle) else _LIVE.get(handle) if isinstance(handle, int) else None
+    if isinstance(h, _Handle) and h.place == "gpu":
         import cupy
         s = cupy.cuda.get_current_stream()
         h.stream = s if s.ptr else None
@@ -112,7 +111,7 @@ def _bind_current_stream(handle) -> None:
 
 def _takes_handle(fn) -> bool:
     try:
-        params = list(inspect.signature(fn).parameters)
+        params = list(_inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return False
     return bool(params) and params[0] == "handle"
@@ -124,7 +123,7 @@ def _wrap(fn, name: str, stream: "bool | None" = None):
     if stream is None:
         stream = name not in _NO_STREAM and _takes_handle(fn)
 
-    @functools.wraps(fn)
+    @_functools.wraps(fn)
     def call(*args, **kwargs):
         try:
             if stream and args:
@@ -160,7 +159,7 @@ def _ints_at(ptr, n):
     """``n`` C ints at host pointer ``ptr``; anything else (a sequence, NULL, a bad count) is passed
     through for the legacy function to accept or reject."""
     if _is_ptr(ptr) and n is not None:
-        return tuple((ctypes.c_int * n).from_address(ptr))
+        return tuple((_ctypes.c_int * n).from_address(ptr))
     return ptr
 
 
@@ -199,7 +198,7 @@ def _lin_layer(base):
     to a ``void*`` that receives the block's address (``<size_t>&ptr``); returns the address too."""
     def fn(handle, rnnDesc, layer, xDesc, wDesc, w, linLayerID, linLayerDesc, linLayerPtr=0):
         addr = _address(base(handle, rnnDesc, layer, xDesc, wDesc, w, linLayerID, linLayerDesc))
-        _write(linLayerPtr, ctypes.c_size_t, addr)
+        _write(linLayerPtr, _ctypes.c_size_t, addr)
         return addr
     return fn
 
@@ -211,17 +210,17 @@ def _rnn_data_get(base):
            seqLengthArray, paddingFill):
         dt, lay, mx, bs, vs, lengths, fill = base(RNNDataDesc, arrayLengthRequested)
         for ptr, val in ((dataType, dt), (layout, lay), (maxSeqLength, mx), (batchSize, bs), (vectorSize, vs)):
-            _write(ptr, ctypes.c_int, int(val))
+            _write(ptr, _ctypes.c_int, int(val))
         if _is_ptr(seqLengthArray):
-            arr = (ctypes.c_int * len(lengths)).from_address(seqLengthArray)
+            arr = (_ctypes.c_int * len(lengths)).from_address(seqLengthArray)
             arr[:] = [int(v) for v in lengths]
         if _is_ptr(paddingFill) and fill is not None:
             if dt == _DATA_TYPE["CUDNN_DATA_HALF"]:
                 import numpy as np
-                (ctypes.c_uint16).from_address(paddingFill).value = int(np.float16(fill).view(np.uint16))
+                (_ctypes.c_uint16).from_address(paddingFill).value = int(np.float16(fill).view(np.uint16))
             else:
                 double = dt == _DATA_TYPE["CUDNN_DATA_DOUBLE"]
-                _write(paddingFill, ctypes.c_double if double else ctypes.c_float, float(fill))
+                _write(paddingFill, _ctypes.c_double if double else _ctypes.c_float, float(fill))
         return None
     return fn
 
@@ -274,12 +273,12 @@ def _fused_const_get(base):
         if const_kind(paramLabel) == "desc":
             return int(base(constPack, paramLabel, param)[1])
         value, is_null = base(constPack, paramLabel)
-        _write(param, ctypes.c_int, int(value or 0))
+        _write(param, _ctypes.c_int, int(value or 0))
         return int(is_null)
     return fn
 
 
-_SCALAR_CTYPES = {"size_t": ctypes.c_size_t, "int64": ctypes.c_int64, "double": ctypes.c_double}
+_SCALAR_CTYPES = {"size_t": _ctypes.c_size_t, "int64": _ctypes.c_int64, "double": _ctypes.c_double}
 
 
 def _fused_variant_set(base):
@@ -306,7 +305,7 @@ def _fused_variant_get(base):
         kind = variant_kind(paramLabel)
         if kind == "ptr":
             value = _address(value)
-        _write(ptr, _SCALAR_CTYPES.get(kind, ctypes.c_size_t), value if kind == "double" else int(value or 0))
+        _write(ptr, _SCALAR_CTYPES.get(kind, _ctypes.c_size_t), value if kind == "double" else int(value or 0))
         return value
     return fn
 

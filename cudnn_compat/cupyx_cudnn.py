@@ -15,9 +15,11 @@ NumPy arrays on the CPU reference engine (a CPU handle) -- so the same code runs
 Results are arrays of the same kind.  ``get_handle()`` (no arrays) is the default place's handle
 (the current device's when CuPy sees a GPU; ``CUDNN_COMPAT_DEVICE=cpu`` makes it the CPU one).
 
-Differences from CuPy 13, all on failure paths: the heuristic algorithm choice skips results
-whose status is not SUCCESS (CuPy 13 did not look at it), and a scalar fused-ops attribute of
-type double is returned as a float (CuPy 13 truncated it to an int).
+Differences from CuPy 13: the heuristic algorithm choice skips results whose status is not
+SUCCESS (CuPy 13 did not look at it); a scalar fused-ops attribute of type double is returned as
+a float (CuPy 13 truncated it to an int); ``set_dropout_descriptor`` keeps the random state with
+cudnnRestoreDropoutDescriptor rather than relying on NULL states; the BN helpers read the derived
+descriptor's type with the Nd getter, so 5-d (3-d spatial) inputs work.
 """
 from __future__ import annotations
 

@@ -37,11 +37,10 @@ Don't modify inputs of deferred calls from Python before the block ends (or ``fl
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,20 +70,23 @@ def _harmless(c_name: str) -> bool:
 
 # -- recorded calls ----------------------------------------------------------------------------
 
-@dataclass
 class _Pending:
-    name: str
-    key: tuple  # full plan-cache key
-    plan: object  # the call's own plan (its graph is the snapshot the recipe merges)
-    bound: dict  # uid -> (data, engine buffer or device pointer, tensor, argname)
-    scalars: dict  # uid -> float
-    sources: dict = field(default_factory=dict)  # input uid -> (call index, output uid) read inside the run
-    superseded: set = field(default_factory=set)  # output uids a later call overwrites exactly
-    workspace: object = None
-    workspace_size: int = 0
+    """A recorded call."""
 
-    def ones(self) -> tuple:
-        return tuple(u for u, v in self.scalars.items() if v == 1.0)
+    __slots__ = ("name", "key", "plan", "bound", "scalars", "ones", "sources", "superseded", "workspace",
+                 "workspace_size", "sig")
+
+    def __init__(self, name, key, plan, bound, scalars, workspace, workspace_size):
+        self.name = name
+        self.key = key  # full plan-cache key
+        self.plan = plan  # the call's own plan (its graph is the snapshot the recipe merges)
+        self.bound = bound  # uid -> (data, engine buffer or device pointer, tensor, argname)
+        self.scalars = scalars  # uid -> float
+        self.ones = tuple(u for u, v in scalars.items() if v == 1.0)  # scalars the recipe folds away
+        self.sources: dict = {}  # input uid -> (call index, output uid) read inside the run
+        self.superseded: set = set()  # output uids a later call overwrites exactly
+        self.workspace, self.workspace_size = workspace, workspace_size
+        self.sig = None  # this call's part of the run signature (set when it is linked)
 
 
 def _elementwise_reader(graph, uid: int, dims) -> bool:
@@ -95,6 +97,21 @@ def _elementwise_reader(graph, uid: int, dims) -> bool:
             if t.uid == uid and not (op.kind == "Pointwise" and op.outputs["y"].dims == tuple(dims)):
                 return False
     return True
+
+
+def _static(plan) -> tuple:
+    """What ``record`` needs of a plan, computed once per plan: for each external data tensor
+    (uid, tensor, is input, is output, bytes spanned, layout, read element-wise only)."""
+    info = getattr(plan, "fuse_static", None)
+    if info is None:
+        graph = plan.graph
+        ins = {t.uid for t in graph.external_inputs() if not t.is_by_value}
+        outs = {t.uid for t in graph.external_outputs()}
+        info = tuple((uid, t, uid in ins, uid in outs, extent_bytes(t), (t.dims, t.strides, t.dtype),
+                      uid not in ins or _elementwise_reader(graph, uid, t.dims))
+                     for uid, t in _call._externals(plan).items() if not t.is_by_value)
+        plan.fuse_static = info
+    return info
 
 
 class _Hazard(Exception):
@@ -108,40 +125,43 @@ class Scope:
         self.handle = handle
         self.pending: list = []
         self._writes: dict = {}  # address -> (end, layout, call index, uid): the latest value there
-        self._reads: list = []  # (lo, hi, layout, element-wise, call index)
+        self._reads: list = []  # (lo, hi, layout, element-wise)
         # statistics (tests and benchmarks): graphs executed per engine, calls deferred, flushes
         self.graphs: dict = {}
         self.deferred = 0
         self.flushes = 0
+        self._engines = (ORDER.get(handle.place), forced_engine())  # the split into graphs depends on them
 
     # -- recording -------------------------------------------------------------------------
     def record(self, name, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg) -> bool:
         """Validate and record one compute call of legacy function ``name``; False when it cannot be
-        deferred (run it now)."""
-        full = (handle.place, handle.device) + tuple(key)
+        deferred (run it now).  The buffer checks are those ``_call.run`` makes, at the call."""
+        full = (handle.place, handle.device) + key
         plan = planner.get_plan(full, build, handle.place)
         if workspace_arg is not None:
             _call.check_workspace(plan, workspace, workspace_size, workspace_arg)
         gpu = handle.place == "gpu"
-        bound, spans = {}, {}
-        for uid, t in _call._externals(plan).items():
-            if t.is_by_value:
-                continue
-            data, argname = tensors[uid] if uid in tensors else tensors[uid - _call.Y_PRIOR_OFFSET]
-            if isinstance(data, np.ndarray) and not data.flags.writeable and uid in _call._written(plan):
-                raise bad_param(argname, "is a read-only array but the call writes it")
+        cp = _cupy_ndarray() if gpu else None
+        bound, spans = {}, []
+        for uid, t, is_in, is_out, ext, layout, elementwise in _static(plan):
+            got = tensors.get(uid)
+            data, argname = got if got is not None else tensors[uid - _call.Y_PRIOR_OFFSET]
             if gpu:
-                if isinstance(data, np.ndarray):
+                if type(data) is cp and data.flags.c_contiguous and data.nbytes >= ext:
+                    addr = data.data.ptr  # the common case of device_pointer's checks
+                elif isinstance(data, np.ndarray):
                     return False  # NumPy buffers on a GPU handle are staged per call
-                buf = device_pointer(data, t, argname)
-                addr = buf
+                else:
+                    addr = device_pointer(data, t, argname)
+                buf = addr
             else:
+                if is_out and isinstance(data, np.ndarray) and not data.flags.writeable:
+                    raise bad_param(argname, "is a read-only array but the call writes it")
                 buf = _host_view(data, t, argname)
                 addr = buf.__array_interface__["data"][0]
             bound[uid] = (data, buf, t, argname)
-            spans[uid] = (addr, addr + extent_bytes(t), (t.dims, t.strides, t.dtype))
-        call = _Pending(name, full, plan, bound, dict(scalars), workspace=workspace,
-                        workspace_size=int(workspace_size or 0))
+            spans.append((uid, addr, addr + ext, layout, is_in, elementwise))
+        call = _Pending(name, full, plan, bound, scalars, workspace, int(workspace_size or 0))
         try:
             self._link(call, spans)
         except _Hazard:
@@ -151,39 +171,37 @@ class Scope:
         self.deferred += 1
         return True
 
-    def _link(self, call: _Pending, spans: dict) -> None:
+    def _link(self, call: _Pending, spans: list) -> None:
         """Connect the call's inputs to recorded values and register its writes (or raise _Hazard,
         changing nothing)."""
-        graph = call.plan.graph
         index = len(self.pending)
-        ins = {t.uid for t in graph.external_inputs() if not t.is_by_value}
-        outs = {t.uid for t in graph.external_outputs()}
-        sources, reads, supersede = {}, [], []
-        for uid in ins:
-            lo, hi, layout = spans[uid]
-            hit = self._writes.get(lo)
-            if hit is not None and hit[1] == layout and hit[0] == hi:
-                sources[uid] = (hit[2], hit[3])
-            elif any(lo < end and w_lo < hi for w_lo, (end, *_r) in self._writes.items()):
-                raise _Hazard
-            reads.append((lo, hi, layout, _elementwise_reader(graph, uid, layout[0]), index))
-        for uid in outs:
-            lo, hi, layout = spans[uid]
-            for w_lo, (end, w_layout, j, u) in self._writes.items():
-                if lo < end and w_lo < hi:
-                    if w_lo == lo and end == hi and w_layout == layout:
-                        supersede.append((j, u))
-                    else:
-                        raise _Hazard
-            for r_lo, r_hi, r_layout, elementwise, _j in self._reads:
-                if lo < r_hi and r_lo < hi and not (r_lo == lo and r_hi == hi and r_layout == layout and elementwise):
+        writes, sources, reads, supersede = self._writes, {}, [], []
+        for uid, lo, hi, layout, is_in, elementwise in spans:
+            if is_in:
+                hit = writes.get(lo)
+                if hit is not None and hit[0] == hi and hit[1] == layout:
+                    sources[uid] = (hit[2], hit[3])
+                elif writes and any(lo < end and w_lo < hi for w_lo, (end, *_r) in writes.items()):
                     raise _Hazard
+                reads.append((lo, hi, layout, elementwise))
+            else:
+                for w_lo, (end, w_layout, j, u) in writes.items():
+                    if lo < end and w_lo < hi:
+                        if w_lo == lo and end == hi and w_layout == layout:
+                            supersede.append((j, u))
+                        else:
+                            raise _Hazard
+                for r_lo, r_hi, r_layout, r_elementwise in self._reads:
+                    if lo < r_hi and r_lo < hi and not (r_lo == lo and r_hi == hi and r_elementwise
+                                                        and r_layout == layout):
+                        raise _Hazard
         call.sources = sources
+        call.sig = (id(call.plan), call.ones, tuple(sources.items()), tuple(supersede))
         for j, u in supersede:
             self.pending[j].superseded.add(u)
-        for uid in outs:
-            lo, hi, layout = spans[uid]
-            self._writes[lo] = (hi, layout, index, uid)
+        for uid, lo, hi, layout, is_in, _e in spans:
+            if not is_in:
+                writes[lo] = (hi, layout, index, uid)
         self._reads.extend(reads)
 
     # -- execution ---------------------------------------------------------------------------
@@ -197,7 +215,7 @@ class Scope:
         if len(calls) == 1:
             self._run_single(calls[0])
             return
-        recipe = _recipe(calls, self.handle.place)
+        recipe = _recipe(calls, self.handle.place, self._engines)
         for seg in recipe.segments:
             if seg.graph is None:
                 for i in seg.calls:
@@ -208,7 +226,7 @@ class Scope:
                                         lambda: seg.graph, self.handle.place)
             except GraphError as e:
                 log.warning("fuse: no engine runs the fused graph of %s (%s); running the calls one by one",
-                            ", ".join(calls[i].key[2] if isinstance(calls[i].key[2], str) else "?" for i in seg.calls), e)
+                            ", ".join(calls[i].name for i in seg.calls), e)
                 seg.graph = None
                 for i in seg.calls:
                     self._run_single(calls[i])
@@ -247,18 +265,21 @@ class Scope:
             _trace.active().record_flush(h, plan, key, list(names))
 
 
-_WS = threading.local()
+def _cupy_ndarray():
+    import cupy
+    return cupy.ndarray
 
 
 def _workspace(handle, need: int):
-    """A device workspace of at least ``need`` bytes, kept per thread (the CPU engines need none)."""
+    """A device workspace of ``need`` bytes for a fused plan (the callers' workspaces were sized for
+    their own plans), from CuPy's pool on the handle's stream: the pool reuses it in stream order."""
     if handle.place != "gpu":
         return None
-    buf = getattr(_WS, "buf", None)
-    if buf is None or buf.nbytes < need:
-        import cupy
-        buf = _WS.buf = cupy.empty(need, cupy.uint8)
-    return buf
+    import cupy
+    if handle.stream is None:
+        return cupy.empty(need, cupy.uint8)
+    with handle.stream:
+        return cupy.empty(need, cupy.uint8)
 
 
 # -- recipes: the graphs of a run of recorded calls ---------------------------------------------
@@ -276,6 +297,7 @@ class _Segment:
 class _Recipe:
     id: int
     segments: list
+    plans: list  # the calls' plans: kept alive so that their ids in the signature stay theirs
 
 
 _RECIPES: dict = {}
@@ -285,14 +307,16 @@ _rlock = threading.Lock()
 
 
 def run_signature(calls) -> tuple:
-    return tuple((c.key, c.ones(), tuple(sorted(c.sources.items())), tuple(sorted(c.superseded))) for c in calls)
+    """Per call: its plan (by identity: a recipe keeps its plans alive), the scalars that are 1, the
+    values it reads from earlier calls and those it overwrites."""
+    return tuple(c.sig for c in calls)
 
 
-def _recipe(calls, place: str) -> _Recipe:
-    sig = (ORDER.get(place), forced_engine(), run_signature(calls))  # the split depends on the engines
+def _recipe(calls, place: str, engines: tuple) -> _Recipe:
+    sig = (engines, run_signature(calls))
     r = _RECIPES.get(sig)
     if r is None:
-        r = _Recipe(next(_ids), _segments(calls, place))
+        r = _Recipe(next(_ids), _segments(calls, place), [c.plan for c in calls])
         with _rlock:
             if len(_RECIPES) >= _RECIPES_MAX:
                 _RECIPES.clear()
@@ -318,6 +342,9 @@ def _segments(calls, place: str) -> list:
     groups.append(list(range(start, n)))
     segs = []
     for k, idx in enumerate(groups):
+        if len(idx) == 1:  # a call alone runs its own (already built) plan
+            segs.append(_Segment(k, idx, None, {}, {}))
+            continue
         g, bufs, scal = _build(calls, idx, stride)
         if g is not None:
             try:
@@ -526,30 +553,30 @@ def _uninstall() -> None:
             _call.HOOKS.remove(_on_run)
 
 
-@contextlib.contextmanager
-def fuse(handle):
-    """Defer the deferrable legacy calls made on ``handle`` inside the block and run them as few
-    fused graphs at its end (see the module docstring).  Yields the ``Scope`` (``flush()``,
-    statistics: ``graphs`` per engine, ``deferred``, ``flushes``)."""
-    h = get_handle(handle)
-    scope = Scope(h)
-    _install()
-    _TL.scopes.append(scope)
-    failed = False
-    try:
-        yield scope
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        _TL.scopes.remove(scope)
+class fuse:
+    """``with cudnn_compat.fuse(handle) as scope:`` defers the deferrable legacy calls made on
+    ``handle`` inside the block and runs them as few fused graphs at its end (see the module
+    docstring).  ``scope`` is the ``Scope``: ``flush()``, and statistics (``graphs`` executed per
+    engine, calls ``deferred``, ``flushes``)."""
+
+    def __init__(self, handle):
+        self.scope = Scope(get_handle(handle))
+
+    def __enter__(self) -> Scope:
+        _install()
+        _TL.scopes.append(self.scope)
+        return self.scope
+
+    def __exit__(self, exc_type, exc, tb):
+        _TL.scopes.remove(self.scope)
         try:
-            scope.flush()
+            self.scope.flush()  # the recorded calls run even when the block raised
         except CuDNNError:
-            if not failed:
+            if exc_type is None:
                 raise
         finally:
             _uninstall()
+        return False
 
 
 def flush() -> None:
@@ -558,9 +585,14 @@ def flush() -> None:
         _TL.scopes[-1].flush()
 
 
+def deferring() -> bool:
+    """True inside a deferrable call that a ``fuse()`` block of this thread may record."""
+    return bool(_TL.scopes and _TL.deferring)
+
+
 def pending() -> int:
     """Number of calls the innermost ``fuse()`` block of this thread holds."""
     return len(_TL.scopes[-1].pending) if _TL.scopes else 0
 
 
-__all__ = ["fuse", "flush", "pending", "Scope", "DEFERRABLE"]
+__all__ = ["fuse", "flush", "pending", "deferring", "Scope", "DEFERRABLE"]

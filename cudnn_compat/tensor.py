@@ -131,8 +131,11 @@ def _check_strides(dims, strides, argname="strideA"):
         raise not_supported(argname, f"the tensor spans {span} elements, over the 2^31 limit")
 
 
-def tensor_desc(arg, argname: str) -> TensorDescriptor:
-    return resolve(arg, TensorDescriptor, argname)
+def tensor_desc(arg, argname: str, need_set: bool = True) -> TensorDescriptor:
+    d = resolve(arg, TensorDescriptor, argname, need_set)
+    if type(d) is FilterDescriptor:  # rule: a filter descriptor is not a tensor descriptor (another C type)
+        raise bad_param(argname, "is a cudnnFilterDescriptor_t, not a cudnnTensorDescriptor_t")
+    return d
 
 
 def filter_desc(arg, argname: str) -> FilterDescriptor:
@@ -148,12 +151,12 @@ def createTensorDescriptor() -> TensorDescriptor:
 
 @legacy("cudnnDestroyTensorDescriptor")
 def destroyTensorDescriptor(tensorDesc) -> None:
-    resolve(tensorDesc, TensorDescriptor, "tensorDesc", need_set=False).destroy()
+    tensor_desc(tensorDesc, "tensorDesc", need_set=False).destroy()
 
 
 @legacy("cudnnSetTensor4dDescriptor")
 def setTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w) -> None:
-    d = resolve(tensorDesc, TensorDescriptor, "tensorDesc", need_set=False)
+    d = tensor_desc(tensorDesc, "tensorDesc", need_set=False)
     _check_format(format)
     _check_dtype(dataType)
     dims = (n, c, h, w)
@@ -164,7 +167,7 @@ def setTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w) -> None:
 
 @legacy("cudnnSetTensor4dDescriptorEx")
 def setTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride) -> None:
-    d = resolve(tensorDesc, TensorDescriptor, "tensorDesc", need_set=False)
+    d = tensor_desc(tensorDesc, "tensorDesc", need_set=False)
     _check_dtype(dataType)
     check(int(dataType) not in VECTOR_WIDTH, "dataType", "vector types need cudnnSetTensor4dDescriptor with NCHW_VECT_C")
     dims, strides = (n, c, h, w), (nStride, cStride, hStride, wStride)
@@ -181,7 +184,7 @@ def _check_nb_dims(nbDims, lo=3):
 
 @legacy("cudnnSetTensorNdDescriptor")
 def setTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA) -> None:
-    d = resolve(tensorDesc, TensorDescriptor, "tensorDesc", need_set=False)
+    d = tensor_desc(tensorDesc, "tensorDesc", need_set=False)
     _check_dtype(dataType)
     check(int(dataType) not in VECTOR_WIDTH, "dataType", "vector types need a format (cudnnSetTensorNdDescriptorEx)")
     _check_nb_dims(nbDims)
@@ -194,7 +197,7 @@ def setTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA) -> None:
 
 @legacy("cudnnSetTensorNdDescriptorEx")
 def setTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA) -> None:
-    d = resolve(tensorDesc, TensorDescriptor, "tensorDesc", need_set=False)
+    d = tensor_desc(tensorDesc, "tensorDesc", need_set=False)
     _check_format(format)
     _check_dtype(dataType)
     _check_nb_dims(nbDims)

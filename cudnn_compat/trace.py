@@ -288,6 +288,14 @@ class Recorder:
         k = len(entry["runs"])
         run = {}
         entry["runs"].append(run)
+        from .fusion import deferring
+        if deferring():  # a fuse() block records this call: its inputs may not be computed yet
+            plan = proceed(handle, key, build, tensors, scalars, *rest)
+            if plan is None:
+                entry["deferred"] = True
+                entry["runs"].pop()
+                return plan
+            return self._finish_run(call, run, k, plan, handle, key, tensors, scalars)
         try:
             graph = build()
             ins, _ = run_roles(graph, tensors)
@@ -301,6 +309,10 @@ class Recorder:
             entry["deferred"] = True
             entry["runs"].pop()
             return plan
+        return self._finish_run(call, run, k, plan, handle, key, tensors, scalars)
+
+    def _finish_run(self, call, run, k, plan, handle, key, tensors, scalars):
+        entry = call.entry
         _sync(handle)
         full = (handle.place, handle.device) + tuple(key)
         sig = signature(full)
@@ -352,6 +364,8 @@ class Recorder:
                 spans.append((name, int(v), None, "pointer"))
         if not spans:
             return
+        bases = {_address(d) for d, _a in tensors.values()}
+        spans = [s for s in spans if s[3] == "array" or s[1] in bases]  # ints that are some tensor's address
         need: dict = {}
         by_uid = graph.tensors()
         for uid, (data, _argname) in tensors.items():

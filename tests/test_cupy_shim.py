@@ -603,11 +603,15 @@ def _bn_ref(x, axes, gamma, beta, eps):
     return xhat * gamma + beta, mean, var, inv, xhat
 
 
-@pytest.mark.parametrize("conv2d", [True, False])
-def test_batch_normalization_helpers(cpu_place, rng, conv2d):
-    if conv2d:
+@pytest.mark.parametrize("kind", ["conv2d", "conv3d", "linear"])
+def test_batch_normalization_helpers(cpu_place, rng, kind):
+    conv2d = kind != "linear"  # is_for_conv2d: a convolution's (N, C, spatial...) output
+    if kind == "conv2d":
         x, mode, axes = rng.standard_normal((4, 3, 2, 5)), L.CUDNN_BATCHNORM_SPATIAL, (0, 2, 3)
         shape = (1, 3, 1, 1)
+    elif kind == "conv3d":
+        x, mode, axes = rng.standard_normal((3, 2, 2, 3, 4)), L.CUDNN_BATCHNORM_SPATIAL, (0, 2, 3, 4)
+        shape = (1, 2, 1, 1, 1)
     else:  # Chainer's BatchNormalization on (N, features): per-activation over a (N, C, 1, 1) view
         x, mode, axes = rng.standard_normal((6, 5)), L.CUDNN_BATCHNORM_PER_ACTIVATION, (0,)
         shape = (1, 5)
@@ -720,6 +724,55 @@ def test_rnn_helpers_tanh(cpu_place, rng):
     eps = 1e-6
     for grad, which in ((dxs, 0), (dhx, 1), (dw, 2)):
         v = rng.standard_normal(grad.shape)
+        args_p, args_m = [xs, hx, w], [xs, hx, w]
+        args_p[which], args_m[which] = args_p[which] + eps * v, args_m[which] - eps * v
+        fd = (loss(*args_p) - loss(*args_m)) / (2 * eps)
+        assert abs(fd - float((grad * v).sum())) < 1e-6 * max(1.0, abs(fd)), which
+
+
+def test_rnn_ex_helpers_on_a_padded_batch(cpu_place, rng):
+    """The _ex helpers (padded [T, B, n] batch, per-sequence lengths) against per-sequence recurrences."""
+    lengths, insz, H, T = np.array([3, 4, 1], np.int32), 3, 4, 4
+    xs = rng.standard_normal((T, 3, insz))
+    hx = rng.standard_normal((1, 3, H)) * 0.5
+    states = X.DropoutStates(None, 0)
+    handle = X.get_handle()
+    rnn_desc = X.create_rnn_descriptor(H, 1, states._desc, L.CUDNN_LINEAR_INPUT, L.CUDNN_UNIDIRECTIONAL,
+                                       L.CUDNN_RNN_TANH, L.CUDNN_DATA_DOUBLE)
+    x_desc = X.create_tensor_nd_descriptor(np.empty((3, insz, 1)))
+    w = rng.standard_normal((L.getRNNParamsSize(handle, rnn_desc.value, x_desc.value, L.CUDNN_DATA_DOUBLE) // 8, 1,
+                             1)) * 0.4
+    w_desc = X.create_filter_descriptor(w)
+    blk = [X.get_rnn_lin_layer_matrix_params(handle, rnn_desc, 0, x_desc, w_desc, w, i) for i in (0, 1)]
+    bias = [X.get_rnn_lin_layer_bias_params(handle, rnn_desc, 0, x_desc, w_desc, w, i).reshape(H) for i in (0, 1)]
+    Wx, Rh = blk[0].reshape(H, insz), blk[1].reshape(H, H)
+    valid = np.arange(T)[:, None] < lengths[None, :]  # [T, B]
+    ys_ref, hy_ref = np.zeros((T, 3, H)), hx[0].copy()
+    for b in range(3):
+        h = hx[0, b].copy()
+        for t in range(lengths[b]):
+            h = np.tanh(Wx @ xs[t, b] + bias[0] + Rh @ h + bias[1])
+            ys_ref[t, b] = h
+        hy_ref[b] = h
+    hy, _, ys = X.rnn_forward_inference_ex(states, L.CUDNN_UNIDIRECTIONAL, L.CUDNN_RNN_TANH, hx, None, w, xs, lengths)
+    close(ys[valid], ys_ref[valid], 1e-12)
+    close(hy[0], hy_ref, 1e-12)
+    reserve, hy2, _, ys2 = X.rnn_forward_training_ex(states, L.CUDNN_UNIDIRECTIONAL, L.CUDNN_RNN_TANH, hx, None, w, xs,
+                                                     lengths)
+    close(ys2[valid], ys_ref[valid], 1e-12)
+    gys = rng.standard_normal(ys.shape) * valid[:, :, None]
+    ghy = rng.standard_normal(hy.shape)
+    dhx, _, dxs = X.rnn_backward_data_ex(states, L.CUDNN_UNIDIRECTIONAL, L.CUDNN_RNN_TANH, hx, None, w, xs, ys2,
+                                         reserve, ghy, None, gys, lengths)
+    dw = X.rnn_backward_weights_ex(states, L.CUDNN_UNIDIRECTIONAL, L.CUDNN_RNN_TANH, xs, hx, ys2, w, reserve, lengths)
+
+    def loss(xs_, hx_, w_):
+        h_, _, y_ = X.rnn_forward_inference_ex(states, L.CUDNN_UNIDIRECTIONAL, L.CUDNN_RNN_TANH, hx_, None, w_, xs_,
+                                               lengths)
+        return float((y_ * gys)[valid].sum() + (h_ * ghy).sum())
+    eps = 1e-6
+    for grad, which in ((dxs, 0), (dhx, 1), (dw, 2)):
+        v = rng.standard_normal(grad.shape) * (valid[:, :, None] if which == 0 else 1)
         args_p, args_m = [xs, hx, w], [xs, hx, w]
         args_p[which], args_m[which] = args_p[which] + eps * v, args_m[which] - eps * v
         fd = (loss(*args_p) - loss(*args_m)) / (2 * eps)
@@ -928,6 +981,7 @@ def test_gpu_compute_calls_bind_the_current_stream(shimmed):
     low.setTensor4dDescriptor(d, low.CUDNN_TENSOR_NCHW, low.CUDNN_DATA_FLOAT, 1, 1, 2, 2)
     a = low.createActivationDescriptor()
     low.setActivationDescriptor(a, low.CUDNN_ACTIVATION_RELU, low.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    cupy.cuda.runtime.deviceSynchronize()  # x is ready before a non-blocking stream reads it
     s = cupy.cuda.Stream(non_blocking=True)
     with s:
         low.activationForward_v4(h, a, 1.0, d, x.data.ptr, 0.0, d, y.data.ptr)

@@ -644,8 +644,9 @@ def scalars(R, faults, names, double):
 def blend(out, r, alpha, beta, r_mag=None):
     """out.want = alpha*r + beta*prior (prior not read when beta == 0), with its magnitude bound."""
     prior = load(out.before, out.info)
-    out.want = alpha * r + (beta * prior if beta != 0 else 0.0)
-    out.mag = abs(alpha) * (np.abs(r) if r_mag is None else r_mag) + (abs(beta) * np.abs(prior) if beta != 0 else 0.0)
+    with np.errstate(all="ignore"):
+        out.want = alpha * r + (beta * prior if beta != 0 else 0.0)
+        out.mag = abs(alpha) * (np.abs(r) if r_mag is None else r_mag) + (abs(beta) * np.abs(prior) if beta else 0.0)
 
 
 # == descriptor setters and lifecycles ===================================================================
@@ -704,6 +705,7 @@ def test_fuzz_descriptor_lifecycle(ops):
     using a destroyed descriptor, or passing one type for another is BAD_PARAM, never a crash; ids are
     never reused while alive; every created descriptor is destroyed (live count back to the start)."""
     from cudnn_compat._descriptor import live_count
+    STATS["lifecycle", "examples"] += 1
     start = live_count()
     live, dead = [], []
     try:
@@ -906,6 +908,9 @@ def test_fuzz_reduce_tensor(seed, fault):
     nb = nbdims_choice(R, ((4, 8), (5, 3), (3, 2), (6, 1), (8, 1), (9, 1)))
     adims = draw_dims(R, nb, hi=3)
     cdims = tuple(1 if R.coin() else d for d in adims) if R.chance(0.95) else draw_dims(R, nb, hi=3)
+    big = [i for i, (a, c) in enumerate(zip(adims, cdims)) if a > 1 and c == a]
+    if cdims == adims and big and R.chance(0.9):  # mostly reduce something
+        cdims = tuple(1 if i == big[0] else d for i, d in enumerate(cdims))
     ta = R.pick_w(((F32, 6), (F64, 2), (F16, 2), (I8, 1), (BF16, 1)))
     tc = ta if R.chance(0.85) else R.pick_w(ANY_DTYPE)
     op = R.pick(sorted(REDUCE))
@@ -1016,3 +1021,783 @@ def test_fuzz_transform_tensor(seed, fault):
         invoke("transform_tensor", cc.cudnnTransformTensor,
                (handle_arg(faults.at("handle"), scope), sc["alpha"][0], X.desc, X.data, sc["beta"][0], Y.desc, Y.data),
                [out], {BAD, NS}, must + faults.rejected(("x",), ("y",)), faults.bad_param, oracle)
+
+
+# == activation and softmax ================================================================================
+
+ACT = {  # mode -> (forward y(x, coef, swish_beta), backward dx(dy, y, x, coef', swish_beta))
+    cc.CUDNN_ACTIVATION_SIGMOID: (lambda x, c, b: 1 / (1 + np.exp(-x)), lambda dy, y, x, c, b: dy * y * (1 - y)),
+    cc.CUDNN_ACTIVATION_RELU: (lambda x, c, b: np.maximum(x, 0), lambda dy, y, x, c, b: np.where(y > 0, dy, 0.0)),
+    cc.CUDNN_ACTIVATION_TANH: (lambda x, c, b: np.tanh(x), lambda dy, y, x, c, b: dy * (1 - y * y)),
+    cc.CUDNN_ACTIVATION_CLIPPED_RELU: (lambda x, c, b: np.minimum(np.maximum(x, 0), c),
+                                       lambda dy, y, x, c, b: np.where((y > 0) & (y < c), dy, 0.0)),
+    cc.CUDNN_ACTIVATION_ELU: (lambda x, c, b: np.where(x > 0, x, c * np.expm1(np.minimum(x, 0))),
+                              lambda dy, y, x, c, b: dy * np.where(y > 0, 1.0, y + c)),
+    cc.CUDNN_ACTIVATION_SWISH: (lambda x, c, b: x / (1 + np.exp(-b * x)),
+                                lambda dy, y, x, c, b: dy * (lambda s: s + b * x * s * (1 - s))(1 / (1 + np.exp(-b * x)))),
+}
+ACT_MODES = sorted(ACT) + [cc.CUDNN_ACTIVATION_IDENTITY]
+
+
+def make_activation(R, scope, faults):
+    """(descriptor, mode, coef, swish beta, fault): a set activation descriptor, or a bad one."""
+    kind = faults.at("desc:act")
+    if kind:
+        return bad_descriptor(scope, kind, cc.cudnnCreateActivationDescriptor,
+                              cc.cudnnDestroyActivationDescriptor), None, 0.0, 1.0, kind
+    d = scope.add(cc.cudnnCreateActivationDescriptor(), cc.cudnnDestroyActivationDescriptor)
+    mode = R.pick(ACT_MODES) if R.chance(0.97) else R.pick([7, -1])
+    nan = R.pick([0, 1]) if R.chance(0.97) else 5
+    coef = R.pick([0.0, 0.5, 1.0, 2.5, 6.0]) if R.coin() else float(np.float32(R.g.uniform(0, 4)))
+    try:
+        cc.cudnnSetActivationDescriptor(d, mode, nan, coef)
+        assert mode in ACT_MODES and nan in (0, 1), "cudnnSetActivationDescriptor accepted a bad enum"
+    except CuDNNError as e:
+        assert e.status == BAD and (mode not in ACT_MODES or nan not in (0, 1)), e
+        return d, None, coef, 1.0, "refused"
+    beta = 1.0
+    if R.chance(0.3):
+        beta = R.pick([0.5, 1.0, 2.0])
+        cc.cudnnSetActivationDescriptorSwishBeta(d, beta)
+    return d, mode, coef, beta, None
+
+
+@fuzz("activation_forward")
+@given(SEEDS, FAULTS)
+def test_fuzz_activation_forward(seed, fault):
+    """cudnnActivationForward: y = alpha*act(x) + beta*y (002 §3.2.1).  must_reject: IDENTITY or a bad
+    mode, x/y dims or data types differ, in place with other strides (BAD_PARAM); data types other than
+    FLOAT/DOUBLE/HALF/BFLOAT16/INT8 (NOT_SUPPORTED)."""
+    R = Rand(seed)
+    faults = Faults(fault, slots("x", "y", descs=("act",)))
+    dims = draw_dims(R, nbdims_choice(R))
+    dtype = R.pick_w(((F32, 6), (F64, 2), (F16, 2), (BF16, 1), (I8, 1), (I32, 1)))
+    xspec = draw_tensor_spec(R, dims, dtype)
+    yspec = same_or(R, xspec, 0.6) if R.chance(0.95) else draw_tensor_spec(R, draw_dims(R, len(dims)), dtype)
+    with Scope() as scope:
+        ad, mode, coef, sbeta, afault = make_activation(R, scope, faults)
+        X = tensor(R, scope, faults, "x", xspec)
+        Y = tensor(R, scope, faults, "y", yspec, nan=R.chance(0.3))
+        inplace = R.chance(0.15) and not (X.fault or Y.fault) and X.info and Y.info and X.info.dtype == Y.info.dtype \
+            and X.info.extent <= Y.info.extent
+        if inplace:
+            X.raw, X.data = Y.raw, Y.data
+        sc = scalars(R, faults, ("alpha", "beta"), X.info is not None and X.info.dtype == F64)
+        out = Out("y", Y.raw, Y.info)
+        must = []
+        if afault == "refused" or mode == cc.CUDNN_ACTIVATION_IDENTITY:
+            must.append("mode is not a legacy activation")
+        if X.info and Y.info:
+            if X.info.dims != Y.info.dims:
+                must.append("dims differ")
+            if X.info.dtype != Y.info.dtype:
+                must.append("data types differ")
+            if inplace and X.info.strides != Y.info.strides:
+                must.append("in place with other strides")
+            if X.info.dtype not in (F32, F64, F16, BF16, I8):
+                must.append("data type not supported")
+        elif not (X.fault or Y.fault):
+            must.append("a descriptor was refused")
+
+        def oracle():
+            x = load(out.before if inplace else X.raw, X.info)
+            r = _compute(ACT[mode][0](x, coef, sbeta), F64 if X.info.dtype == F64 else F32)
+            blend(out, r, sc["alpha"][1], sc["beta"][1], np.abs(r) + np.abs(x))
+
+        invoke("activation_forward", cc.cudnnActivationForward,
+               (handle_arg(faults.at("handle"), scope), ad, sc["alpha"][0], X.desc, X.data, sc["beta"][0], Y.desc,
+                Y.data), [out], {BAD, NS}, must + faults.rejected(("x",), ("y",)), faults.bad_param, oracle)
+
+
+@fuzz("activation_backward")
+@given(SEEDS, FAULTS)
+def test_fuzz_activation_backward(seed, fault):
+    """cudnnActivationBackward: dx = alpha*act'(.)*dy + beta*dx (002 §4.1.1), from y (x for SWISH).
+    must_reject: IDENTITY or a bad mode, in-place dy == dx with other strides (BAD_PARAM); dims or data
+    types of y, dy, x, dx differ, y/dy or x/dx strides differ, data types other than FLOAT/DOUBLE/HALF/
+    BFLOAT16 (NOT_SUPPORTED)."""
+    R = Rand(seed)
+    faults = Faults(fault, slots("y", "dy", "x", "dx", descs=("act",)))
+    dims = draw_dims(R, nbdims_choice(R))
+    dtype = R.pick_w(((F32, 6), (F64, 2), (F16, 2), (BF16, 1), (I8, 1)))
+    yspec = draw_tensor_spec(R, dims, dtype)
+    xspec = same_or(R, yspec, 0.7)
+    specs = {"y": yspec, "dy": same_or(R, yspec, 0.9), "x": xspec, "dx": same_or(R, xspec, 0.9)}
+    if R.chance(0.05):
+        k = R.pick(sorted(specs))
+        specs[k] = draw_tensor_spec(R, draw_dims(R, len(dims)), dtype)
+    with Scope() as scope:
+        ad, mode, coef, sbeta, afault = make_activation(R, scope, faults)
+        T = {k: tensor(R, scope, faults, k, specs[k], nan=(k == "dx" and R.chance(0.3))) for k in ("y", "dy", "x", "dx")}
+        inplace = R.chance(0.15) and not (T["dy"].fault or T["dx"].fault) and T["dy"].info and T["dx"].info \
+            and T["dy"].info.dtype == T["dx"].info.dtype and T["dy"].info.extent <= T["dx"].info.extent
+        if inplace:
+            T["dy"].raw, T["dy"].data = T["dx"].raw, T["dx"].data
+        infos = {k: t.info for k, t in T.items()}
+        sc = scalars(R, faults, ("alpha", "beta"), infos["y"] is not None and infos["y"].dtype == F64)
+        out = Out("dx", T["dx"].raw, infos["dx"])
+        must = []
+        if afault == "refused" or mode == cc.CUDNN_ACTIVATION_IDENTITY:
+            must.append("mode is not a legacy activation")
+        if all(infos.values()):
+            y, dy, x, dx = (infos[k] for k in ("y", "dy", "x", "dx"))
+            if len({t.dims for t in infos.values()}) > 1:
+                must.append("dims differ")
+            if len({t.dtype for t in infos.values()}) > 1:
+                must.append("data types differ")
+            if y.strides != dy.strides or x.strides != dx.strides:
+                must.append("y/dy or x/dx strides differ")
+            if inplace and dy.strides != dx.strides:
+                must.append("in place with other strides")
+            if y.dtype not in (F32, F64, F16, BF16):
+                must.append("data type not supported")
+        elif not any(t.fault for t in T.values()):
+            must.append("a descriptor was refused")
+        reads = ("dy", "x" if mode == cc.CUDNN_ACTIVATION_SWISH else "y")
+
+        def oracle():
+            y, dy, x = (load(T[k].raw, infos[k]) for k in ("y", "dy", "x"))
+            if inplace:
+                dy = load(out.before, infos["dy"])
+            c = coef
+            if mode == cc.CUDNN_ACTIVATION_CLIPPED_RELU:
+                c = float(rounded(coef, infos["y"].dtype))  # the clip as a saturated y holds it
+            r = _compute(ACT[mode][1](dy, y, x, c, sbeta), F64 if infos["y"].dtype == F64 else F32)
+            blend(out, r, sc["alpha"][1], sc["beta"][1], np.abs(r) + np.abs(dy) * (1 + np.abs(y) + np.abs(x)))
+
+        invoke("activation_backward", cc.cudnnActivationBackward,
+               (handle_arg(faults.at("handle"), scope), ad, sc["alpha"][0], T["y"].desc, T["y"].data, T["dy"].desc,
+                T["dy"].data, T["x"].desc, T["x"].data, sc["beta"][0], T["dx"].desc, T["dx"].data),
+               [out], {BAD, NS}, must + faults.rejected(reads, ("dx",)), faults.bad_param, oracle)
+
+
+@fuzz("softmax_forward")
+@given(SEEDS, FAULTS)
+def test_fuzz_softmax_forward(seed, fault):
+    """cudnnSoftmaxForward: y = alpha*softmax(x) + beta*y, FAST/ACCURATE/LOG over C,H,W (INSTANCE) or C
+    (CHANNEL) (002 §3.2.96).  must_reject: x/y dims or data types differ, bad algorithm or mode, in place
+    with other strides (BAD_PARAM); data types other than FLOAT/DOUBLE/HALF/BFLOAT16 (NOT_SUPPORTED)."""
+    R = Rand(seed)
+    faults = Faults(fault, slots("x", "y"))
+    dims = draw_dims(R, nbdims_choice(R))
+    dtype = R.pick_w(((F32, 6), (F64, 2), (F16, 2), (BF16, 1), (I8, 1)))
+    xspec = draw_tensor_spec(R, dims, dtype)
+    yspec = same_or(R, xspec, 0.6) if R.chance(0.95) else draw_tensor_spec(R, draw_dims(R, len(dims)), dtype)
+    algo = R.pick([0, 1, 2]) if R.chance(0.97) else R.pick([3, -1])
+    mode = R.pick([0, 1]) if R.chance(0.97) else 2
+    with Scope() as scope:
+        X = tensor(R, scope, faults, "x", xspec)
+        Y = tensor(R, scope, faults, "y", yspec, nan=R.chance(0.3))
+        inplace = R.chance(0.1) and not (X.fault or Y.fault) and X.info and Y.info and X.info.dtype == Y.info.dtype \
+            and X.info.extent <= Y.info.extent
+        if inplace:
+            X.raw, X.data = Y.raw, Y.data
+        sc = scalars(R, faults, ("alpha", "beta"), X.info is not None and X.info.dtype == F64)
+        out = Out("y", Y.raw, Y.info)
+        must = [] if algo in (0, 1, 2) and mode in (0, 1) else ["bad algorithm or mode"]
+        if X.info and Y.info:
+            if X.info.dims != Y.info.dims:
+                must.append("dims differ")
+            if X.info.dtype != Y.info.dtype:
+                must.append("data types differ")
+            if inplace and X.info.strides != Y.info.strides:
+                must.append("in place with other strides")
+            if X.info.dtype not in (F32, F64, F16, BF16):
+                must.append("data type not supported")
+        elif not (X.fault or Y.fault):
+            must.append("a descriptor was refused")
+
+        def oracle():
+            x = load(out.before if inplace else X.raw, X.info)
+            ax = tuple(range(1, x.ndim)) if mode == cc.CUDNN_SOFTMAX_MODE_INSTANCE else (1,)
+            z = x - x.max(axis=ax, keepdims=True)
+            lse = np.log(np.exp(z).sum(axis=ax, keepdims=True))
+            r = z - lse if algo == cc.CUDNN_SOFTMAX_LOG else np.exp(z - lse)
+            r = _compute(r, F64 if X.info.dtype == F64 else F32)
+            blend(out, r, sc["alpha"][1], sc["beta"][1], np.abs(r) + (np.abs(x) if algo == cc.CUDNN_SOFTMAX_LOG else 0))
+
+        invoke("softmax_forward", cc.cudnnSoftmaxForward,
+               (handle_arg(faults.at("handle"), scope), algo, mode, sc["alpha"][0], X.desc, X.data, sc["beta"][0],
+                Y.desc, Y.data), [out], {BAD, NS}, must + faults.rejected(("x",), ("y",)), faults.bad_param, oracle)
+
+
+# == pooling ===============================================================================================
+
+POOL_MODES = [cc.CUDNN_POOLING_MAX, cc.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+              cc.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, cc.CUDNN_POOLING_MAX_DETERMINISTIC]
+
+
+def pool_reference(x, mode, window, pad, stride, ydims, lowest):
+    """Direct pooling over windows o*stride - pad + k, positions outside x are padding."""
+    out = np.empty(ydims)
+    for o in np.ndindex(*ydims[2:]):
+        idx = [np.arange(w) + oi * s - p for w, oi, s, p in zip(window, o, stride, pad)]
+        keep = [i[(i >= 0) & (i < n)] for i, n in zip(idx, x.shape[2:])]
+        count = prod(len(k) for k in keep)
+        sel = (slice(None), slice(None)) + o
+        if count == 0:
+            out[sel] = lowest if mode in (cc.CUDNN_POOLING_MAX, cc.CUDNN_POOLING_MAX_DETERMINISTIC) else 0.0
+            continue
+        sub = x[(slice(None), slice(None)) + np.ix_(*keep)].reshape(x.shape[0], x.shape[1], -1)
+        if mode in (cc.CUDNN_POOLING_MAX, cc.CUDNN_POOLING_MAX_DETERMINISTIC):
+            out[sel] = sub.max(-1)
+        elif mode == cc.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING:
+            out[sel] = sub.sum(-1) / prod(window)
+        else:
+            out[sel] = sub.sum(-1) / count
+    return out
+
+
+@fuzz("pooling_forward")
+@given(SEEDS, FAULTS)
+def test_fuzz_pooling_forward(seed, fault):
+    """cudnnPoolingForward: y = alpha*pool(x) + beta*y (002 §3.2.69) with windows, paddings (negative
+    in Nd) and strides at random, yDesc of the advised size or not.  Setter rules: window or stride <= 0,
+    bad mode or NaN option, nbDims <= 0 (BAD_PARAM), nbDims > CUDNN_DIM_MAX-2 (NOT_SUPPORTED).
+    must_reject: n, c, rank or data type of x and y differ, spatial dims of poolingDesc and x differ
+    (BAD_PARAM); x not 4-d or 5-d, data types other than FLOAT/DOUBLE/HALF/BFLOAT16/INT8 (NOT_SUPPORTED)."""
+    R = Rand(seed)
+    faults = Faults(fault, slots("x", "y", descs=("pool",)))
+    nsp = R.pick_w(((2, 8), (3, 2), (1, 1), (4, 1)))
+    window = tuple(R.int(1, 3) for _ in range(nsp))
+    stride = tuple(R.int(1, 3) for _ in range(nsp))
+    nd = R.chance(0.5) or nsp != 2
+    pad = tuple(R.int(-1 if nd else 0, 2) for _ in range(nsp))
+    if R.chance(0.05):
+        (window if R.coin() else stride)  # noqa: B018
+        window = tuple(R.pick([0, -1]) if i == 0 else w for i, w in enumerate(window))
+    mode = R.pick(POOL_MODES) if R.chance(0.97) else 9
+    nan_opt = R.pick([0, 1]) if R.chance(0.97) else 4
+    xnb = nsp + 2 if R.chance(0.95) else R.pick([3, 4, 5, 6])
+    xdims = draw_dims(R, xnb)
+    ydims = list(xdims)
+    for i in range(2, xnb):
+        k = i - 2
+        if k < nsp:
+            adv = 1 + (xdims[i] + 2 * pad[k] - window[k]) // stride[k]
+            ydims[i] = max(1, adv + (R.pick([-1, 1]) if R.chance(0.2) else 0))
+    if R.chance(0.05):
+        ydims[R.int(0, 1)] += 1
+    dtype = R.pick_w(((F32, 6), (F64, 2), (F16, 2), (BF16, 1), (I8, 1), (I32, 1)))
+    xspec = draw_tensor_spec(R, xdims, dtype)
+    yspec = draw_tensor_spec(R, tuple(ydims), dtype if R.chance(0.97) else R.pick_w(ANY_DTYPE))
+    with Scope() as scope:
+        pfault = faults.at("desc:pool")
+        if pfault:
+            pd = bad_descriptor(scope, pfault, cc.cudnnCreatePoolingDescriptor, cc.cudnnDestroyPoolingDescriptor)
+        else:
+            pd = scope.add(cc.cudnnCreatePoolingDescriptor(), cc.cudnnDestroyPoolingDescriptor)
+            want = set()
+            if any(w <= 0 for w in window) or any(s <= 0 for s in stride) or mode not in POOL_MODES or nan_opt not in (0, 1):
+                want.add(BAD)
+            if nd and nsp > DIM_MAX - 2:
+                want.add(NS)
+            try:
+                if nd:
+                    cc.cudnnSetPoolingNdDescriptor(pd, mode, nan_opt, nsp, list(window), list(pad), list(stride))
+                else:
+                    cc.cudnnSetPooling2dDescriptor(pd, mode, nan_opt, *window, *pad, *stride)
+                assert not want, f"pooling setter accepted a bad setting {mode, nan_opt, window, pad, stride}"
+            except CuDNNError as e:
+                assert e.status in want, e
+                pfault = "refused"
+        X = tensor(R, scope, faults, "x", xspec)
+        Y = tensor(R, scope, faults, "y", yspec, nan=R.chance(0.3))
+        sc = scalars(R, faults, ("alpha", "beta"), X.info is not None and X.info.dtype == F64)
+        out = Out("y", Y.raw, Y.info)
+        must = ["pooling descriptor was refused"] if pfault == "refused" else []
+        if X.info and Y.info:
+            if X.info.nb != Y.info.nb or X.info.dims[:2] != Y.info.dims[:2]:
+                must.append("n, c or rank differ")
+            if X.info.dtype != Y.info.dtype:
+                must.append("data types differ")
+            if X.info.nb not in (4, 5):
+                must.append("x not 4-d or 5-d")
+            if X.info.nb != nsp + 2:
+                must.append("poolingDesc spatial dims differ from x's")
+            if X.info.dtype not in (F32, F64, F16, BF16, I8):
+                must.append("data type not supported")
+        elif not (X.fault or Y.fault):
+            must.append("a descriptor was refused")
+
+        def oracle():
+            x = load(X.raw, X.info)
+            lowest = np.finfo(np.float64 if X.info.dtype == F64 else np.float32).min
+            r = _compute(pool_reference(x, mode, window, pad, stride, Y.info.dims, lowest),
+                         F64 if X.info.dtype == F64 else F32)
+            blend(out, r, sc["alpha"][1], sc["beta"][1], np.maximum(np.abs(r), np.abs(x).max(initial=0)))
+
+        invoke("pooling_forward", cc.cudnnPoolingForward,
+               (handle_arg(faults.at("handle"), scope), pd, sc["alpha"][0], X.desc, X.data, sc["beta"][0], Y.desc,
+                Y.data), [out], {BAD, NS}, must + faults.rejected(("x",), ("y",)), faults.bad_param, oracle)
+
+
+# == convolution ===========================================================================================
+
+CONV_CONFIGS = (  # (x, w, y, compute) data-type configurations (002 §5.2.10 table 17), and some that are not
+    ((F32, F32, F32, F32), 10), ((F64, F64, F64, F64), 3), ((F16, F16, F16, F16), 2), ((F16, F16, F16, F32), 3),
+    ((BF16, BF16, BF16, F32), 2), ((I8, I8, I8, I32), 1), ((I8, I8, F32, I32), 1), ((U8, I8, I8, I32), 1),
+    ((F32, F32, F32, F64), 1), ((F32, F64, F32, F32), 1), ((F16, F32, F16, F32), 1), ((I8, I8, I8, F32), 1),
+)
+FWD_ALGOS, BWD_DATA_ALGOS, BWD_FILTER_ALGOS = range(8), range(6), range(7)
+
+
+CONV_STRIDES = (("packed", 12), ("nhwc", 6), ("gapped", 3), ("permuted", 1), ("zero", 1), ("negative", 1))
+
+
+def conv_problem(R, direction="fwd"):
+    """Random geometry and descriptor specs in forward terms: x (N, C, *S), w (K, C/g, *R), y (N, K, *O);
+    mostly valid (a filter that fits, a configuration of the direction), now and then not."""
+    nsp = R.pick_w(((2, 8), (3, 2), (1, 1)))
+    g = R.pick_w(((1, 6), (2, 3), (3, 1)))
+    cg, kg = R.int(1, 2), R.int(1, 2)
+    c, k = cg * g, kg * g
+    if R.chance(0.05):
+        c += 1  # channels per group disagree
+    if R.chance(0.05):
+        k += 1  # K not a multiple of the group count
+    n = R.int(1, 2)
+    F = [R.int(1, 3) for _ in range(nsp)]
+    pad = [R.int(0, 2) for _ in range(nsp)]
+    stride = [R.int(1, 3) for _ in range(nsp)]
+    dil = [R.pick([1, 1, 2]) for _ in range(nsp)]
+    S = [max(1, (f - 1) * d + 1 - 2 * p) + R.int(0, 3) if R.chance(0.95) else R.int(1, 5)
+         for f, d, p in zip(F, dil, pad)]
+    if R.chance(0.03):
+        pad[0] = -1
+    if R.chance(0.03):
+        stride[0] = 0
+    types = R.pick_w(CONV_CONFIGS[:5] if direction != "fwd" and R.chance(0.9) else CONV_CONFIGS)
+    eff = [(f - 1) * d + 1 for f, d in zip(F, dil)]
+    O = [max(1, 1 + (s + 2 * p - e) // u) if u > 0 else 1 for s, p, e, u in zip(S, pad, eff, stride)]
+    if R.chance(0.05):
+        i = R.int(0, nsp - 1)
+        O[i] += R.pick([-1, 1]) if O[i] > 1 else 1
+    xdims, wdims, ydims = (n, c) + tuple(S), (k, cg) + tuple(F), (n, k) + tuple(O)
+    wfmt = R.pick_w(((NCHW, 4), (NHWC, 1)))
+    xspec = draw_tensor_spec(R, xdims, types[0], fault=0.01, stride_kind=R.pick_w(CONV_STRIDES))
+    yspec = draw_tensor_spec(R, ydims, types[2], fault=0.01, stride_kind=R.pick_w(CONV_STRIDES))
+    wspec = {"how": "filter", "dtype": types[1], "fmt": wfmt, "dims": wdims, "strides": None, "four": R.coin()}
+    return dict(nsp=nsp, g=g, pad=pad, stride=stride, dil=dil, types=types, mode=R.pick([0, 1]),
+                math=R.pick([0, 1, 2, 3]), xspec=xspec, wspec=wspec, yspec=yspec, nd=R.chance(0.5) or nsp != 2)
+
+
+def make_conv(R, scope, faults, P):
+    """(convolution descriptor, 'refused'/fault or None) set from problem P."""
+    kind = faults.at("desc:conv")
+    if kind:
+        return bad_descriptor(scope, kind, cc.cudnnCreateConvolutionDescriptor, cc.cudnnDestroyConvolutionDescriptor), kind
+    d = scope.add(cc.cudnnCreateConvolutionDescriptor(), cc.cudnnDestroyConvolutionDescriptor)
+    bad = any(p < 0 for p in P["pad"]) or any(u <= 0 for u in P["stride"]) or any(x <= 0 for x in P["dil"])
+    try:
+        if P["nd"]:
+            cc.cudnnSetConvolutionNdDescriptor(d, P["nsp"], P["pad"], P["stride"], P["dil"], P["mode"], P["types"][3])
+        else:
+            cc.cudnnSetConvolution2dDescriptor(d, *P["pad"], *P["stride"], *P["dil"], P["mode"], P["types"][3])
+        assert not bad, f"convolution setter accepted {P['pad'], P['stride'], P['dil']}"
+    except CuDNNError as e:
+        assert bad and e.status == BAD, e
+        return d, "refused"
+    cc.cudnnSetConvolutionGroupCount(d, P["g"])
+    cc.cudnnSetConvolutionMathType(d, P["math"])
+    return d, None
+
+
+def _tap_slices(tap, dil, stride, O):
+    return tuple(slice(t * d, t * d + u * (o - 1) + 1, u) for t, d, u, o in zip(tap, dil, stride, O))
+
+
+def conv_forward_ref(x, w, pad, stride, dil, g, flip):
+    """y[n, k, o] = sum_{c in k's group, taps} x_padded[n, c, o*stride + tap*dil] * w[k, c, tap]."""
+    nsp = x.ndim - 2
+    if flip:
+        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * nsp]
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad])
+    K, Cg = w.shape[:2]
+    Kg = K // g
+    O = [1 + (s + 2 * p - ((f - 1) * d + 1)) // u for s, f, p, u, d in zip(x.shape[2:], w.shape[2:], pad, stride, dil)]
+    y = np.zeros((x.shape[0], K) + tuple(O))
+    for tap in np.ndindex(*w.shape[2:]):
+        xs = xp[(slice(None), slice(None)) + _tap_slices(tap, dil, stride, O)]
+        for j in range(g):
+            y[:, j * Kg:(j + 1) * Kg] += np.einsum("nc...,kc->nk...", xs[:, j * Cg:(j + 1) * Cg],
+                                                   w[(slice(j * Kg, (j + 1) * Kg), slice(None)) + tap])
+    return y
+
+
+def conv_backward_data_ref(dy, w, xdims, pad, stride, dil, g, flip):
+    """The adjoint of conv_forward_ref in x: scatter dy through every tap, crop the padding."""
+    nsp = dy.ndim - 2
+    if flip:
+        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * nsp]
+    K, Cg = w.shape[:2]
+    Kg = K // g
+    O = dy.shape[2:]
+    dxp = np.zeros(tuple(xdims[:2]) + tuple(s + 2 * p for s, p in zip(xdims[2:], pad)))
+    for tap in np.ndindex(*w.shape[2:]):
+        sl = _tap_slices(tap, dil, stride, O)
+        for j in range(g):
+            dxp[(slice(None), slice(j * Cg, (j + 1) * Cg)) + sl] += np.einsum(
+                "nk...,kc->nc...", dy[:, j * Kg:(j + 1) * Kg], w[(slice(j * Kg, (j + 1) * Kg), slice(None)) + tap])
+    return dxp[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(pad, xdims[2:]))]
+
+
+def conv_backward_filter_ref(x, dy, wdims, pad, stride, dil, g, flip):
+    """The adjoint of conv_forward_ref in w: dw[k, c, tap] = sum_{n, o} dy[n, k, o] * x_padded[...]."""
+    nsp = x.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad])
+    K, Cg = wdims[:2]
+    Kg = K // g
+    O = dy.shape[2:]
+    dw = np.zeros(wdims)
+    for tap in np.ndindex(*wdims[2:]):
+        xs = xp[(slice(None), slice(None)) + _tap_slices(tap, dil, stride, O)]
+        for j in range(g):
+            sp = "xyz"[:nsp]
+            dw[(slice(j * Kg, (j + 1) * Kg), slice(None)) + tap] = np.einsum(
+                f"nk{sp},nc{sp}->kc", dy[:, j * Kg:(j + 1) * Kg], xs[:, j * Cg:(j + 1) * Cg])
+    if flip:
+        dw = dw[(slice(None), slice(None)) + (slice(None, None, -1),) * nsp]
+    return dw
+
+
+def conv_must_reject(P, xi, wi, yi, direction) -> list:
+    """The rules 002 gives for a convolution call (forward terms x, w, y whatever the direction)."""
+    m = []
+    if not (xi.nb == wi.nb == yi.nb):
+        m.append("ranks of x, w, y differ")
+    if xi.nb != P["nsp"] + 2:
+        m.append("x nbDims != arrayLength + 2")
+    if xi.nb not in (4, 5):
+        m.append("not 4-d or 5-d")
+    types = (xi.dtype, wi.dtype, yi.dtype, P["types"][3])
+    float_cfg = {(F32, F32, F32, F32), (F64, F64, F64, F64), (F16, F16, F16, F16), (F16, F16, F16, F32),
+                 (BF16, BF16, BF16, F32)}
+    int_cfg = {(I8, I8, I8, I32), (I8, I8, F32, I32), (U8, I8, I8, I32), (U8, I8, F32, I32)}
+    if types not in float_cfg and not (direction == "fwd" and types in int_cfg):
+        m.append(f"data type configuration {types}")
+    if m:
+        return m
+    g = P["g"]
+    if xi.dims[1] != wi.dims[1] * g:
+        m.append("input channels per group differ")
+    if wi.dims[0] % g:
+        m.append("K not a multiple of groupCount")
+    eff = [(f - 1) * d + 1 for f, d in zip(wi.dims[2:], P["dil"])]
+    if any(e > s + 2 * p for e, s, p in zip(eff, xi.dims[2:], P["pad"])):
+        m.append("filter larger than the padded input")
+    else:
+        want = (xi.dims[0], wi.dims[0]) + tuple(1 + (s + 2 * p - e) // u for s, p, e, u in
+                                                 zip(xi.dims[2:], P["pad"], eff, P["stride"]))
+        if yi.dims != want:
+            m.append(f"y dims {yi.dims} != {want}")
+    return m
+
+
+def _conv_case(R, fault, direction):
+    """Shared body of the three convolution properties: build the problem, call, check."""
+    names = {"fwd": ("x", "w", "y"), "bwd_data": ("dx", "w", "dy"), "bwd_filter": ("x", "dw", "dy")}[direction]
+    faults = Faults(fault, slots(*names, descs=("conv",)))
+    P = conv_problem(R, direction)
+    algos = {"fwd": FWD_ALGOS, "bwd_data": BWD_DATA_ALGOS, "bwd_filter": BWD_FILTER_ALGOS}[direction]
+    algo = R.pick_w(((0, 6), (R.pick(algos), 6), (R.pick([len(algos), -1, 99]), 1)))
+    with Scope() as scope:
+        cd, cfault = make_conv(R, scope, faults, P)
+        out_name = {"fwd": "y", "bwd_data": "dx", "bwd_filter": "dw"}[direction]
+        X = tensor(R, scope, faults, names[0], P["xspec"], nan=out_name == "dx" and R.chance(0.3))
+        W = tensor(R, scope, faults, names[1], P["wspec"], filter_=True, nan=out_name == "dw" and R.chance(0.3))
+        Y = tensor(R, scope, faults, names[2], P["yspec"], nan=out_name == "y" and R.chance(0.3))
+        outT = {"y": Y, "dx": X, "dw": W}[out_name]
+        ins = [t for t in (X, W, Y) if t is not outT]
+        dbl = Y.info is not None and Y.info.dtype == F64
+        sc = scalars(R, faults, ("alpha", "beta"), dbl)
+        out = Out(out_name, outT.raw, outT.info)
+        must = []
+        if cfault == "refused":
+            must.append("convolution descriptor was refused")
+        elif X.info and W.info and Y.info and not cfault:
+            must += conv_must_reject(P, X.info, W.info, Y.info, direction)
+            if algo not in algos:
+                must.append("algo is not an enum value")
+        elif not (X.fault or W.fault or Y.fault or cfault):
+            must.append("a descriptor was refused")
+        comp = P["types"][3]
+        flip = P["mode"] == cc.CUDNN_CONVOLUTION
+        geo = (P["pad"], P["stride"], P["dil"], P["g"])
+
+        def oracle():
+            x, w, y = (load(t.raw, t.info) if t is not outT else None for t in (X, W, Y))
+            if direction == "fwd":
+                r, mag = conv_forward_ref(x, w, *geo, flip), conv_forward_ref(np.abs(x), np.abs(w), *geo, flip)
+            elif direction == "bwd_data":
+                r = conv_backward_data_ref(y, w, X.info.dims, *geo, flip)
+                mag = conv_backward_data_ref(np.abs(y), np.abs(w), X.info.dims, *geo, flip)
+            else:
+                r = conv_backward_filter_ref(x, y, W.info.dims, *geo, flip)
+                mag = conv_backward_filter_ref(np.abs(x), np.abs(y), W.info.dims, *geo, flip)
+            blend(out, _compute(r, comp) if comp != I32 else r, sc["alpha"][1], sc["beta"][1],
+                  mag * (1 + 8 * (comp == F16)))
+
+        fn = {"fwd": cc.cudnnConvolutionForward, "bwd_data": cc.cudnnConvolutionBackwardData,
+              "bwd_filter": cc.cudnnConvolutionBackwardFilter}[direction]
+        first, second = ins
+        ws = R.pick([(None, 0), (None, 64), (np.zeros(256, np.uint8), 256)])
+        args = (handle_arg(faults.at("handle"), scope), sc["alpha"][0], first.desc, first.data, second.desc,
+                second.data, cd, algo, ws[0], ws[1], sc["beta"][0], outT.desc, outT.data)
+        # an algorithm the 002 tables exclude for this problem is NOT_SUPPORTED: allowed, never required
+        invoke("convolution_" + {"fwd": "forward", "bwd_data": "backward_data", "bwd_filter": "backward_filter"}[
+            direction], fn, args, [out], {BAD, NS}, must + faults.rejected([n for n in names if n != out_name],
+                                                                           (out_name,)), faults.bad_param, oracle)
+
+
+@fuzz("convolution_forward")
+@given(SEEDS, FAULTS)
+def test_fuzz_convolution_forward(seed, fault):
+    """cudnnConvolutionForward (002 §5.2.10) over groups, paddings, strides, dilations, both modes, every
+    algo and data-type configuration.  must_reject: rank, channel, group, data type and filter-size rules
+    (BAD_PARAM); ranks other than 4/5, y dims other than the output dims (NOT_SUPPORTED)."""
+    _conv_case(Rand(seed), fault, "fwd")
+
+
+@fuzz("convolution_backward_data")
+@given(SEEDS, FAULTS)
+def test_fuzz_convolution_backward_data(seed, fault):
+    """cudnnConvolutionBackwardData (002 §5.2.8), checked against the adjoint written here.  must_reject:
+    as forward, dy dims other than the output dims (BAD_PARAM), K not a multiple of the group count
+    (NOT_SUPPORTED), INT8 configurations."""
+    _conv_case(Rand(seed), fault, "bwd_data")
+
+
+@fuzz("convolution_backward_filter")
+@given(SEEDS, FAULTS)
+def test_fuzz_convolution_backward_filter(seed, fault):
+    """cudnnConvolutionBackwardFilter (002 §6.2.2), checked against the adjoint written here."""
+    _conv_case(Rand(seed), fault, "bwd_filter")
+
+
+# == batch normalization and LRN ============================================================================
+
+BN_MODES = [cc.CUDNN_BATCHNORM_PER_ACTIVATION, cc.CUDNN_BATCHNORM_SPATIAL, cc.CUDNN_BATCHNORM_SPATIAL_PERSISTENT]
+
+
+def bn_axes(mode, nb):
+    return (0,) if mode == cc.CUDNN_BATCHNORM_PER_ACTIVATION else (0,) + tuple(range(2, nb))
+
+
+def bn_problem(R, infer):
+    nb = R.pick_w(((4, 8), (5, 3), (3, 1), (6, 1)))
+    mode = R.pick(BN_MODES) if R.chance(0.97) else 7
+    xdims = draw_dims(R, nb)
+    dtype = R.pick_w(((F32, 6), (F64, 2), (F16, 2), (BF16, 1), (I8, 1 if infer else 0), (I32, 1)))
+    xspec = draw_tensor_spec(R, xdims, dtype)
+    yspec = same_or(R, xspec, 0.6) if R.chance(0.95) else draw_tensor_spec(R, draw_dims(R, nb), dtype)
+    ax = bn_axes(mode, nb) if mode in BN_MODES else (0,)
+    pdims = tuple(1 if i in ax else d for i, d in enumerate(xdims))
+    if R.chance(0.05):
+        pdims = draw_dims(R, nb)
+    ptype = F64 if dtype == F64 else F32
+    if R.chance(0.05):
+        ptype = R.pick([F16, F64, F32])
+    pspec = draw_tensor_spec(R, pdims, ptype, fault=0.0, stride_kind=R.pick_w((("packed", 10), ("gapped", 1))))
+    eps = R.pick([1e-5, 1e-3, 0.0, 0.1]) if R.chance(0.95) else R.pick([-1e-3, "eps"])
+    return dict(nb=nb, mode=mode, dtype=dtype, xspec=xspec, yspec=yspec, pspec=pspec, eps=eps, ax=ax)
+
+
+def bn_must_reject(P, xi, yi, pi) -> list:
+    m = []
+    if P["mode"] not in BN_MODES:
+        m.append("bad mode")
+    if not isinstance(P["eps"], float) or P["eps"] < cc.CUDNN_BN_MIN_EPSILON:
+        m.append("epsilon below CUDNN_BN_MIN_EPSILON")
+    if xi.nb not in (4, 5):
+        m.append("x not 4-d or 5-d")
+    if yi.dims != xi.dims or yi.dtype != xi.dtype:
+        m.append("x/y dims or data types differ")
+    if not m and pi.dims != tuple(1 if i in P["ax"] else d for i, d in enumerate(xi.dims)):
+        m.append("parameter dims wrong for the mode")
+    if pi.dtype != (F64 if xi.dtype == F64 else F32):
+        m.append("parameter data type")
+    return m
+
+
+@fuzz("batchnorm_inference")
+@given(SEEDS, FAULTS)
+def test_fuzz_batchnorm_inference(seed, fault):
+    """cudnnBatchNormalizationForwardInference: y = alpha*(bias + scale*(x - mean)/sqrt(eps + var)) +
+    beta*y (002 §3.2.3).  must_reject: NULL pointers, rank not 4/5, parameter dims wrong for the mode,
+    epsilon < CUDNN_BN_MIN_EPSILON, x/y dims or data types differ (BAD_PARAM); parameter or data types
+    outside 002 Table 6 (NOT_SUPPORTED)."""
+    R = Rand(seed)
+    P = bn_problem(R, infer=True)
+    names = ("x", "y", "bnScale", "bnBias", "estimatedMean", "estimatedVariance")
+    faults = Faults(fault, slots(*names[:2], descs=("param",)) + [f"buf:{n}" for n in names[2:]])
+    with Scope() as scope:
+        X = tensor(R, scope, faults, "x", P["xspec"])
+        Y = tensor(R, scope, faults, "y", P["yspec"], nan=R.chance(0.3))
+        pk = faults.at("desc:param")
+        if pk:
+            pd, pinfo = bad_descriptor(scope, pk, cc.cudnnCreateTensorDescriptor, cc.cudnnDestroyTensorDescriptor), None
+        else:
+            pd, pinfo = make_tensor(scope, P["pspec"])
+        prm = {n: make_buffer(R, pinfo, faults.at("buf:" + n), positive=(n == "estimatedVariance")) for n in names[2:]}
+        sc = scalars(R, faults, ("alpha", "beta"), X.info is not None and X.info.dtype == F64)
+        out = Out("y", Y.raw, Y.info)
+        must = []
+        if X.info and Y.info and pinfo:
+            must += bn_must_reject(P, X.info, Y.info, pinfo)
+            if X.info.dtype not in (F32, F64, F16, BF16, I8):
+                must.append("data type not supported")
+        elif not (X.fault or Y.fault or pk):
+            must.append("a descriptor was refused")
+
+        def oracle():
+            x = load(X.raw, X.info)
+            sc_, bi, mu, var = (load(prm[n][0], pinfo) for n in names[2:])
+            inv = _compute(1 / np.sqrt(_compute(var + P["eps"], pinfo.dtype)), pinfo.dtype)
+            r = _compute(bi + sc_ * (x - mu) * inv, F64 if X.info.dtype == F64 else F32)
+            blend(out, r, sc["alpha"][1], sc["beta"][1], np.abs(bi) + np.abs(sc_) * (np.abs(x) + np.abs(mu)) * inv)
+
+        invoke("batchnorm_inference", cc.cudnnBatchNormalizationForwardInference,
+               (handle_arg(faults.at("handle"), scope), P["mode"], sc["alpha"][0], sc["beta"][0], X.desc, X.data,
+                Y.desc, Y.data, pd, *(prm[n][1] for n in names[2:]), P["eps"]),
+               [out], {BAD, NS}, must + faults.rejected(("x",) + names[2:], ("y",)), faults.bad_param, oracle)
+
+
+@fuzz("batchnorm_training")
+@given(SEEDS, FAULTS)
+def test_fuzz_batchnorm_training(seed, fault):
+    """cudnnBatchNormalizationForwardTraining (002 §4.1.4): y from the batch mean and biased variance;
+    running mean/variance (1-f)*old + f*new with the unbiased variance; saved mean and 1/sqrt(var + eps).
+    must_reject: as inference, exactly one of a running or saved pair NULL (BAD_PARAM), a running update
+    from one value per channel (NOT_SUPPORTED: no unbiased variance), INT8 data (NOT_SUPPORTED)."""
+    R = Rand(seed)
+    P = bn_problem(R, infer=False)
+    pnames = ("bnScale", "bnBias", "resultRunningMean", "resultRunningVariance", "resultSaveMean",
+              "resultSaveInvVariance")
+    faults = Faults(fault, slots("x", "y", descs=("param",)) + [f"buf:{n}" for n in pnames[:2]])
+    running = R.pick_w((("both", 4), ("none", 2), ("one", 1)))
+    saved = R.pick_w((("both", 4), ("none", 2), ("one", 1)))
+    factor = R.pick([0.0, 0.1, 0.5, 1.0])
+    with Scope() as scope:
+        X = tensor(R, scope, faults, "x", P["xspec"])
+        Y = tensor(R, scope, faults, "y", P["yspec"], nan=R.chance(0.3))
+        pk = faults.at("desc:param")
+        if pk:
+            pd, pinfo = bad_descriptor(scope, pk, cc.cudnnCreateTensorDescriptor, cc.cudnnDestroyTensorDescriptor), None
+        else:
+            pd, pinfo = make_tensor(scope, P["pspec"])
+        prm = {n: make_buffer(R, pinfo, faults.at("buf:" + n), positive=(n == "resultRunningVariance")) for n in pnames}
+        args = {n: prm[n][1] for n in pnames}
+        for pair, mode in (((pnames[2], pnames[3]), running), ((pnames[4], pnames[5]), saved)):
+            if mode == "none":
+                args[pair[0]] = args[pair[1]] = None
+            elif mode == "one":
+                args[pair[R.int(0, 1)]] = None
+        sc = scalars(R, faults, ("alpha", "beta"), X.info is not None and X.info.dtype == F64)
+        out = Out("y", Y.raw, Y.info)
+        outs = [out] + [Out(n, prm[n][0], pinfo) for n in pnames[2:] if args[n] is not None]
+        must = []
+        if "one" in (running, saved):
+            must.append("exactly one of a NULL pair is NULL")
+        if X.info and Y.info and pinfo:
+            must += bn_must_reject(P, X.info, Y.info, pinfo)
+            if X.info.dtype not in (F32, F64, F16, BF16):
+                must.append("data type not supported")
+            if running == "both" and not must and prod(X.info.dims[a] for a in P["ax"]) < 2:
+                must.append("running variance from one value per channel")
+        elif not (X.fault or Y.fault or pk):
+            must.append("a descriptor was refused")
+
+        def oracle():
+            x = load(X.raw, X.info)
+            ax = P["ax"]
+            m = prod(X.info.dims[a] for a in ax)
+            mean, var = x.mean(axis=ax, keepdims=True), x.var(axis=ax, keepdims=True)
+            s_, b_ = load(prm["bnScale"][0], pinfo), load(prm["bnBias"][0], pinfo)
+            with np.errstate(all="ignore"):  # var == eps == 0: 0 * inf, NaN as on the device
+                inv = 1 / np.sqrt(var + P["eps"])
+                r = _compute(s_ * (x - mean) * inv + b_, F64 if X.info.dtype == F64 else F32)
+            blend(out, r, sc["alpha"][1], sc["beta"][1], np.abs(b_) + np.abs(s_) * (np.abs(x) + np.abs(mean)) * inv)
+            want = {"resultSaveMean": mean, "resultSaveInvVariance": inv}
+            if running == "both":
+                rm, rv = (load(o.before, pinfo) for o in outs if o.name in pnames[2:4])
+                want["resultRunningMean"] = (1 - factor) * rm + factor * mean
+                want["resultRunningVariance"] = (1 - factor) * rv + factor * var * m / (m - 1)
+            for o in outs[1:]:
+                o.want = np.broadcast_to(want[o.name], pinfo.dims)
+                o.mag = np.abs(o.want) * 4 + 1
+
+        invoke("batchnorm_training", cc.cudnnBatchNormalizationForwardTraining,
+               (handle_arg(faults.at("handle"), scope), P["mode"], sc["alpha"][0], sc["beta"][0], X.desc, X.data,
+                Y.desc, Y.data, pd, args["bnScale"], args["bnBias"], factor, args["resultRunningMean"],
+                args["resultRunningVariance"], P["eps"], args["resultSaveMean"], args["resultSaveInvVariance"]),
+               outs, {BAD, NS}, must + faults.rejected(("x", "bnScale", "bnBias"), ("y",)), faults.bad_param, oracle)
+
+
+@fuzz("lrn_forward")
+@given(SEEDS, FAULTS)
+def test_fuzz_lrn_forward(seed, fault):
+    """cudnnLRNCrossChannelForward: y = alpha * x / (K + (lrnAlpha/N) * sum_window x^2)^lrnBeta + beta*y
+    over the channel window [c - (N-1)//2, c + N - (N-1)//2 - 1] (002 §3.2.65).  Setter rules: N outside
+    [CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N], K < CUDNN_LRN_MIN_K, beta < CUDNN_LRN_MIN_BETA (BAD_PARAM).
+    must_reject: rank <= 2, 5-d not NCDHW DHW-packed, bad lrnMode (BAD_PARAM); data types or dims of x
+    and y differ, rank not 4/5, overlapping strides, unsupported data types (NOT_SUPPORTED)."""
+    R = Rand(seed)
+    faults = Faults(fault, slots("x", "y", descs=("lrn",)))
+    lrnN = R.int(1, 16) if R.chance(0.95) else R.pick([0, 17])
+    lalpha = R.pick([1e-4, 0.5, 1.0, 2.0])
+    lbeta = R.pick([0.75, 0.5, 1.0, 0.01]) if R.chance(0.95) else 0.005
+    lk = R.pick([2.0, 1.0, 1e-5, 0.5]) if R.chance(0.95) else 1e-6
+    lrn_mode = 0 if R.chance(0.97) else 3
+    dims = draw_dims(R, nbdims_choice(R, ((4, 8), (5, 3), (3, 1), (6, 1))))
+    dtype = R.pick_w(((F32, 6), (F64, 2), (F16, 2), (BF16, 1), (I8, 1)))
+    xspec = draw_tensor_spec(R, dims, dtype)
+    yspec = same_or(R, xspec, 0.6) if R.chance(0.95) else draw_tensor_spec(R, draw_dims(R, len(dims)), dtype)
+    with Scope() as scope:
+        lk_fault = faults.at("desc:lrn")
+        if lk_fault:
+            ld = bad_descriptor(scope, lk_fault, cc.cudnnCreateLRNDescriptor, cc.cudnnDestroyLRNDescriptor)
+        else:
+            ld = scope.add(cc.cudnnCreateLRNDescriptor(), cc.cudnnDestroyLRNDescriptor)
+            bad = not (cc.CUDNN_LRN_MIN_N <= lrnN <= cc.CUDNN_LRN_MAX_N) or lk < cc.CUDNN_LRN_MIN_K or \
+                lbeta < cc.CUDNN_LRN_MIN_BETA
+            try:
+                cc.cudnnSetLRNDescriptor(ld, lrnN, lalpha, lbeta, lk)
+                assert not bad, f"cudnnSetLRNDescriptor accepted {lrnN, lalpha, lbeta, lk}"
+            except CuDNNError as e:
+                assert bad and e.status == BAD, e
+                lrnN, lalpha, lbeta, lk = 5, 1e-4, 0.75, 2.0  # the descriptor keeps its defaults
+        X = tensor(R, scope, faults, "x", xspec)
+        Y = tensor(R, scope, faults, "y", yspec, nan=R.chance(0.3))
+        sc = scalars(R, faults, ("alpha", "beta"), X.info is not None and X.info.dtype == F64)
+        out = Out("y", Y.raw, Y.info)
+        must = [] if lrn_mode == 0 else ["bad lrnMode"]
+        if X.info and Y.info:
+            for t in (X.info, Y.info):
+                if t.nb <= 2 or t.nb not in (4, 5):
+                    must.append("rank not 4/5")
+                elif t.nb == 5 and t.strides[2:] != (t.dims[3] * t.dims[4], t.dims[4], 1):
+                    must.append("5-d not DHW-packed")
+                if t.overlapping():
+                    must.append("overlapping strides")
+            if X.info.dims != Y.info.dims or X.info.dtype != Y.info.dtype:
+                must.append("x/y dims or data types differ")
+            if X.info.dtype not in (F32, F64, F16, BF16):
+                must.append("data type not supported")
+        elif not (X.fault or Y.fault):
+            must.append("a descriptor was refused")
+
+        def oracle():
+            x = load(X.raw, X.info)
+            lb = (lrnN - 1) // 2
+            C = x.shape[1]
+            sq = np.zeros_like(x)
+            for c in range(C):
+                lo, hi = max(0, c - lb), min(C, c + lrnN - lb)
+                sq[:, c] = (x[:, lo:hi] ** 2).sum(axis=1)
+            r = _compute(x / (lk + lalpha / lrnN * sq) ** lbeta, F64 if X.info.dtype == F64 else F32)
+            blend(out, r, sc["alpha"][1], sc["beta"][1], np.abs(r) * 4)
+
+        invoke("lrn_forward", cc.cudnnLRNCrossChannelForward,
+               (handle_arg(faults.at("handle"), scope), ld, lrn_mode, sc["alpha"][0], X.desc, X.data, sc["beta"][0],
+                Y.desc, Y.data), [out], {BAD, NS}, must + faults.rejected(("x",), ("y",)), faults.bad_param, oracle)

@@ -72,7 +72,54 @@ def emulate(prog, views: dict, scalars: dict):
         vals = []
         for a in ins.args:
             vals.append(addr(a[1], a[2]) if a[0] == "ref" else (a[1] if a[0] == "int" else float(scalars[a[1]])))
-        kernel_emu.launch(ins.spec, vals)
+        launch(ins.spec, vals)
+
+
+# -- every kernel the tests run, compiled as ONE C++ library (kernel_emu compiles one per kernel) -------
+
+_BATCH: dict = {}
+
+
+def _batch_library():
+    if "lib" not in _BATCH:
+        rng = np.random.default_rng(0)
+        specs = {}
+        for _, kind, kw, _ in PROGRAM_CASES:
+            specs.update({sp.name: sp for sp in _program(Case(rng, kind, **kw)).kernels()})
+        for args in RNG_CASES:
+            specs.update({sp.name: sp for sp in grnn.rng_specs(rng_op(*args))})
+        parts = [kernel_emu.SHIM]
+        for i, sp in enumerate(specs.values()):
+            wrap = kernel_emu._wrapper(sp).replace("cc_launch(", f"cc_launch_{sp.name}(")
+            parts.append(f"namespace cc_ns{i} {{\n{sp.source}\n{wrap}\n}}\n")
+        d = tempfile.mkdtemp(prefix="cc_rnn_emu_")
+        cpp, so = f"{d}/k.cpp", f"{d}/k.so"
+        with open(cpp, "w") as f:
+            f.write("\n".join(parts))
+        r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-w", "-o", so, cpp, "-lpthread"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[:4000]
+        _BATCH["lib"], _BATCH["names"] = ctypes.CDLL(so), set(specs)
+    return _BATCH["lib"], _BATCH["names"]
+
+
+def launch(spec, values):
+    """kernel_emu.launch, from the batch library when the kernel is in it."""
+    lib, names = _batch_library()
+    if spec.name not in names:
+        return kernel_emu.launch(spec, values)
+    keep, ptrs = [], []
+    for p, v in zip(spec.params, values):
+        typ = p.rpartition(" ")[0].strip()
+        if "*" in typ:
+            ptrs.append(ctypes.c_void_p(v if isinstance(v, int) else v.__array_interface__["data"][0]))
+        else:
+            arr = np.array(v, dtype=kernel_emu.SCALAR[typ.replace("const ", "")])
+            keep.append(arr)
+            ptrs.append(ctypes.c_void_p(arr.ctypes.data))
+    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    getattr(lib, f"cc_launch_{spec.name}")(argv, *[ctypes.c_uint(v) for v in spec.grid],
+                                           *[ctypes.c_uint(v) for v in spec.block])
 
 
 # -- ops ---------------------------------------------------------------------------------------------
@@ -217,27 +264,28 @@ CASES = [  # mode, D, layout, lengths, T, P, clip
     ("TANH", 2, "PACKED", (3, 2, 2), 3, None, None),
     ("RELU", 1, "SEQ", (2, 3, 3), 3, None, None),
 ]
+KINDS = ("RNNRecurrence", "RNNRecurrenceBackward")
+# (id, kind, Case keyword arguments, tolerance)
+PROGRAM_CASES = [
+    (f"{kind[3:]}-{mode}-{D}-{layout}{'-P' if P else ''}{'-' + clip if clip else ''}", kind,
+     dict(mode=mode, D=D, layout=layout, lengths=lengths, T=T, H=3, P=P, clip=clip, states=layout != "BATCH",
+          fill=0.25 if (layout == "SEQ" and kind == "RNNRecurrence") else None), 1e-12)
+    for mode, D, layout, lengths, T, P, clip in CASES for kind in KINDS]
+PROGRAM_CASES += [
+    (f"{kind[3:]}-{dtype}", kind, dict(mode="LSTM", D=2, layout="SEQ", lengths=(3, 3, 2), T=3, H=4, dtype=dtype,
+                                       cdtype="float32"), tol)
+    for dtype, tol in (("float32", 2e-5), ("float16", 3e-2)) for kind in KINDS]
+PROGRAM_CASES.append(("inference-GRU-no-states", "RNNRecurrence",
+                      dict(mode="GRU", D=2, layout="PACKED", lengths=(3, 1), T=3, H=2, train=False, states=False), 1e-12))
 
 
-@pytest.mark.parametrize("kind", ["RNNRecurrence", "RNNRecurrenceBackward"])
-@pytest.mark.parametrize("mode, D, layout, lengths, T, P, clip", CASES)
-def test_program_matches_reference_float64(rng, kind, mode, D, layout, lengths, T, P, clip):
-    states = layout != "BATCH"
-    case = Case(rng, kind, mode, D, layout, lengths, T, H=3, P=P, clip=clip, states=states,
-                fill=0.25 if (layout == "SEQ" and kind == "RNNRecurrence") else None)
-    compare(case, 1e-12)
+def _program(case):
+    return grnn.forward_program(case.op) if case.kind == "RNNRecurrence" else grnn.backward_program(case.op)
 
 
-@pytest.mark.parametrize("dtype, cdtype, tol", [("float32", "float32", 2e-5), ("float16", "float32", 3e-2)])
-@pytest.mark.parametrize("kind", ["RNNRecurrence", "RNNRecurrenceBackward"])
-def test_program_reduced_precision(rng, kind, dtype, cdtype, tol):
-    case = Case(rng, kind, "LSTM", 2, "SEQ", (3, 3, 2), 3, H=4, dtype=dtype, cdtype=cdtype)
-    compare(case, tol)
-
-
-def test_inference_forward_without_states(rng):
-    case = Case(rng, "RNNRecurrence", "GRU", 2, "PACKED", (3, 1), 3, H=2, train=False, states=False)
-    compare(case, 1e-12)
+@pytest.mark.parametrize("kind, kw, tol", [c[1:] for c in PROGRAM_CASES], ids=[c[0] for c in PROGRAM_CASES])
+def test_program_matches_reference(rng, kind, kw, tol):
+    compare(Case(rng, kind, **kw), tol)
 
 
 def test_program_size_is_one_gemm_and_one_kernel_per_step(rng):
@@ -252,26 +300,32 @@ def test_program_size_is_one_gemm_and_one_kernel_per_step(rng):
 
 # -- Rng ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype, dims, strides, p, block_offset", [
-    ("uint8", (3, 7), None, 0.3, 0), ("float32", (2, 3, 5), (40, 1, 3), 0.5, 7), ("float16", (9,), None, 1.0, 0),
-    ("uint8", (5,), None, 0.0, 2)])
+RNG_CASES = [("uint8", (3, 7), None, 0.3, 0), ("float32", (2, 3, 5), (40, 1, 3), 0.5, 7),
+             ("float16", (9,), None, 1.0, 0), ("uint8", (5,), None, 0.0, 2)]
+
+
+def rng_op(dtype, dims, strides, p, block_offset):
+    y = Tensor(3, dims, strides or packed_strides(dims), dtype)
+    return Operation("Rng", {"seed": Tensor(1, (2,), (1,), "int32"), "offset": Tensor(2, (2,), (1,), "int32")},
+                     {"y": y, "offset_out": Tensor(4, (2,), (1,), "int32")},
+                     {"distribution": "BERNOULLI", "drop_probability": p, "block_offset": block_offset})
+
+
+@pytest.mark.parametrize("dtype, dims, strides, p, block_offset", RNG_CASES)
 def test_rng_kernel_bit_identical_to_reference(dtype, dims, strides, p, block_offset):
-    strides = strides or packed_strides(dims)
+    op = rng_op(dtype, dims, strides, p, block_offset)
+    validate_op(0, op)
+    y = op.outputs["y"]
     seed_words = np.array([0x7fff1234, -5], np.int32)
     off_words = np.array([-3, 1], np.int32)  # offset lo word 0xfffffffd: the block counter carries into hi
-    y = Tensor(3, dims, strides, dtype)
-    op = Operation("Rng", {"seed": Tensor(1, (2,), (1,), "int32"), "offset": Tensor(2, (2,), (1,), "int32")},
-                   {"y": y, "offset_out": Tensor(4, (2,), (1,), "int32")},
-                   {"distribution": "BERNOULLI", "drop_probability": p, "block_offset": block_offset})
-    validate_op(0, op)
     specs = grnn.rng_specs(op)
     st = dtypes.storage_dtype(dtype)
-    span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+    span = 1 + sum((d - 1) * s for d, s in zip(dims, y.strides))
     buf = np.full(span, 7, st)
     offset = off_words.copy()
-    kernel_emu.launch(specs[0], [seed_words, offset, buf])
-    kernel_emu.launch(specs[1], [offset, offset])  # offset_out aliases offset, as dropout binds it
-    view = np.lib.stride_tricks.as_strided(buf, dims, tuple(s * st.itemsize for s in strides))
+    launch(specs[0], [seed_words, offset, buf])
+    launch(specs[1], [offset, offset])  # offset_out aliases offset, as dropout binds it
+    view = np.lib.stride_tricks.as_strided(buf, dims, tuple(s * st.itemsize for s in y.strides))
     seed = int(seed_words.view(np.uint32)[0]) | (int(seed_words.view(np.uint32)[1]) << 32)
     base = int(off_words.view(np.uint32)[0]) | (int(off_words.view(np.uint32)[1]) << 32)
     want = bernoulli_keep(seed, base + block_offset, int(np.prod(dims)), p).reshape(dims)
@@ -284,13 +338,12 @@ def test_rng_kernel_bit_identical_to_reference(dtype, dims, strides, p, block_of
 
 def _all_sources(rng):
     out = {}
-    for kind in ("RNNRecurrence", "RNNRecurrenceBackward"):
-        for mode, D, layout, lengths, T, P, clip in CASES:
-            for dtype in ("float64", "float32", "float16"):
-                case = Case(rng, kind, mode, D, layout, lengths, T, H=3, P=P, clip=clip, dtype=dtype,
-                            cdtype="float32" if dtype == "float16" else dtype, fill=0.5 if layout == "SEQ" else None)
-                prog = grnn.forward_program(case.op) if kind == "RNNRecurrence" else grnn.backward_program(case.op)
-                out.update({s.name: s.source for s in prog.kernels()})
+    for _, kind, kw, _ in PROGRAM_CASES:
+        for dtype in ("float64", "float32", "float16"):
+            kw = dict(kw, dtype=dtype, cdtype="float32" if dtype == "float16" else dtype)
+            out.update({sp.name: sp.source for sp in _program(Case(rng, kind, **kw)).kernels()})
+    for args in RNG_CASES:
+        out.update({sp.name: sp.source for sp in grnn.rng_specs(rng_op(*args))})
     return out
 
 

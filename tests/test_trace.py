@@ -271,5 +271,10 @@ def test_gpu_trace_replays_on_every_engine(tmp_path, rng):
     trace = replay.load(path)
     for engine in ("reference", "cupy", "cudnn", "legacy", "default"):
         results = replay.replay(trace, engine)
-        assert [r.state for r in results] == ["ok"] * 3, (engine, replay.format_replay(results, engine))
+        states = [r.state for r in results]
+        if engine == "cudnn":  # pointwise-only graphs: the native engine declines them (skipped, not failed)
+            assert states == ["ok", "skip", "skip"], (engine, replay.format_replay(results, engine))
+            assert "NOT_SUPPORTED" in results[1].note
+        else:
+            assert states == ["ok"] * 3, (engine, replay.format_replay(results, engine))
     cc.cudnnDestroy(h)

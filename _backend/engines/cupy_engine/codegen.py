@@ -485,12 +485,22 @@ def elementwise_kernel(group: FusedGroup, vector: bool) -> "KernelSpec | None":
     for t in group.stores.values():
         if V > 1:
             body.append(f"      cc_vec{t.uid} r{t.uid};")
-    body.append("      #pragma unroll")
-    body.append(f"      for (int e = 0; e < {V}; ++e) {{")
     for t in group.loads.values():
         lane = "e" if (V > 1 and cstr[mem.index(t)][-1] == 1) else "0"
         env[t.uid] = f"in{t.uid}[j][{lane}]"
-    body += ["        " + x for x in emit_chain(group.prologue, env, T)]
+    ops = list(group.prologue)
+    if V > 1:  # ops whose inputs are the same for the V elements of a vector run once per vector
+        uniform = {uid for uid, v in env.items() if not v.endswith("[e]")}
+        hoisted = []
+        for op in ops:
+            if all(t.uid in uniform for t in op.inputs.values()):
+                hoisted.append(op)
+                uniform.add(op.outputs["y"].uid)
+        ops = [op for op in ops if op not in hoisted]
+        body += ["      " + x for x in emit_chain(hoisted, env, T)]
+    body.append("      #pragma unroll")
+    body.append(f"      for (int e = 0; e < {V}; ++e) {{")
+    body += ["        " + x for x in emit_chain(ops, env, T)]
     for t in group.stores.values():
         val = store_expr(t.dtype, env[t.uid], T)
         if V > 1:

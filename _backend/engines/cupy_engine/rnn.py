@@ -705,9 +705,8 @@ class ProgramRun:
     def kernels(self) -> list:
         return self.prog.kernels()
 
-    def _resolve(self, ptrs: dict, scalars: dict, scratch: dict) -> list:
-        """Instructions -> callables with every argument fixed."""
-        cp = runtime.cupy()
+    def _resolve(self, ptrs: dict, scalars: dict, scratch: dict) -> tuple:
+        """Instructions -> (steps with every argument fixed, the cuBLAS handle)."""
         from ... import dtypes
         size = {name: dtypes.itemsize(dt) for name, dt in self.prog.buffers.items()}
         base = dict(ptrs)
@@ -734,7 +733,6 @@ class ProgramRun:
                 else:
                     args.append(_SCALAR[decl.split()[0]](float(scalars[a[1]])))
             steps.append(("kernel", runtime.function(ins.spec), ins.spec.grid, ins.spec.block, tuple(args)))
-        del cp
         return steps, blas
 
     def _execute(self, steps, blas, stream_ptr: int) -> None:
