@@ -42,8 +42,8 @@ def bf16_to_f32(u16: np.ndarray) -> np.ndarray:
 
 def f32_to_bf16(values: np.ndarray) -> np.ndarray:
     """Round float32 to bfloat16 (nearest even), NaN stays NaN."""
-    f = np.ascontiguousarray(values, dtype=np.float32)
-    u = f.view(np.uint32).astype(np.uint64)
+    f = np.asarray(values, dtype=np.float32)
+    u = np.ascontiguousarray(f).reshape(f.shape).view(np.uint32).astype(np.uint64)
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     nan = np.isnan(f)
     if nan.any():

@@ -4,6 +4,7 @@ cached by call signature.  ``run`` is the one entry point the legacy layer uses.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from .engines.base import EngineDeclined, VariantPack
@@ -12,6 +13,7 @@ from .ir import GraphError
 from .plan_cache import CACHE
 
 log = logging.getLogger("cudnn_compat")
+_clock = time.perf_counter
 
 
 def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None):
@@ -49,12 +51,20 @@ def _log_plan(graph, plan):
         log.info("\n".join(lines))
 
 
+# os.environ's own dict (POSIX): "is CUDNN_COMPAT_ENGINE set" is one dict lookup per call instead of
+# os.environ.get's key encoding; os.environ writes (putenv, monkeypatch.setenv) update this dict
+_ENV_DATA = getattr(os.environ, "_data", None)
+_FORCED_KEY = (os.environ.encodekey("CUDNN_COMPAT_ENGINE")
+               if isinstance(_ENV_DATA, dict) and hasattr(os.environ, "encodekey") else None)
+
+
 def get_plan(key, build_graph, place: str, mode: str = "A"):
     """Cached plan for ``key``; on a miss ``build_graph()`` makes the graph.  A forced engine
     (``CUDNN_COMPAT_ENGINE``) is part of the key, so changing it never reuses another engine's plan."""
-    forced = forced_engine()
-    if forced:
-        key = key + (("engine", forced),)
+    if _FORCED_KEY is None or _ENV_DATA.get(_FORCED_KEY) is not None:  # set, or no cheap way to tell
+        forced = forced_engine()
+        if forced:
+            key = key + (("engine", forced),)
     plan = CACHE.get(key)
     if plan is None:
         plan = make_plan(build_graph(), place, mode)
@@ -74,10 +84,10 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
     pack = VariantPack(data, workspace, workspace_size)
     tried = []
     while True:
-        t0 = time.perf_counter()
+        t0 = _clock()
         try:
             plan.execute(pack, stream)
-            plan.last_time = time.perf_counter() - t0
+            plan.last_time = _clock() - t0
             return plan
         except EngineDeclined as e:
             reason = e.reason

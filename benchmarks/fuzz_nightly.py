@@ -1,7 +1,8 @@
 """Nightly-size fuzz run (issue 10): the properties of tests/test_fuzz.py at full size, each in its own
 process, with the outcome counts per legacy function and the total.
 
-    python benchmarks/fuzz_nightly.py [--examples 100000] [--jobs 2] [--only conv,pooling] [--json out.json]
+    python benchmarks/fuzz_nightly.py [--examples 100000] [--jobs 2] [--batch 10] [--only conv,pooling]
+                                      [--json out.json]
 
 ``--examples`` is the total over all properties (split by the weights in tests/test_fuzz.py, the
 same split CUDNN_COMPAT_FUZZ_EXAMPLES gives under pytest); the examples are random (not the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import multiprocessing
 import os
 import pathlib
 import sys
@@ -22,9 +24,10 @@ import traceback
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run_property(name: str, examples: int) -> dict:
+def run_property(name: str, examples: int, batch: int) -> dict:
     """Run one property in this (worker) process; returns its counts, time and failure text."""
     os.environ["CUDNN_COMPAT_FUZZ_EXAMPLES"] = str(examples)
+    os.environ["CUDNN_COMPAT_FUZZ_BATCH"] = str(batch)
     os.environ.setdefault("CUDNN_COMPAT_DEVICE", "cpu")
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     import test_fuzz  # noqa: E402  (reads the size at import)
@@ -51,6 +54,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=100_000, help="total examples over all properties")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--batch", type=int, default=10, help="cases per hypothesis example (see tests/test_fuzz.py cases)")
     ap.add_argument("--only", default="", help="comma-separated substrings of property names")
     ap.add_argument("--json", default="", help="write the results here too")
     args = ap.parse_args(argv)
@@ -61,8 +65,9 @@ def main(argv=None) -> int:
     if args.only:
         names = [n for n in names if any(s in n for s in args.only.split(","))]
     t0 = time.perf_counter()
-    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(run_property, names, [args.examples] * len(names)))
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: each reads the size at import
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=ctx) as pool:
+        results = list(pool.map(run_property, names, [args.examples] * len(names), [args.batch] * len(names)))
     wall = time.perf_counter() - t0
 
     statuses = sorted({k for r in results for k in r["counts"] if k.startswith("CUDNN_STATUS_") or k == "ok"})

@@ -15,7 +15,7 @@ import numpy as np
 
 from _backend import planner
 from _backend.ir import Operation, scalar as scalar_tensor, virtual
-from ._data import bind, device_pointer
+from ._data import bind, device_pointer, host_view
 
 ALPHA, BETA = 9001, 9002  # uids of the output-blend scalars
 Y_PRIOR_OFFSET = 5000  # uid of "y before the call" = uid(y) + this
@@ -89,36 +89,67 @@ def _intercepted(i: int, *args):
     return HOOKS[i](lambda *a: _intercepted(i + 1, *a), *args)
 
 
+def _program(plan) -> tuple:
+    """What binding needs of each external tensor of ``plan``, computed once per plan:
+    ((uid, tensor, is by-value scalar, is written), ...)."""
+    prog = getattr(plan, "bind_program", None)
+    if prog is None:
+        written = _written(plan)
+        prog = plan.bind_program = tuple((uid, t, t.is_by_value, uid in written) for uid, t in _externals(plan).items())
+    return prog
+
+
 def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None, workspace_size: int = 0,
         workspace_arg: "str | None" = None, _hooked: bool = False):
     """Execute the plan for ``key``.  ``tensors``: uid -> (data, argname); the prior-y uid of
     a blend is bound to the same buffer as y.  ``scalars``: uid -> float.  Returns the plan.
-    With ``workspace_arg`` (the size argument's name) the workspace is checked first."""
+    With ``workspace_arg`` (the size argument's name) the workspace is checked first.
+
+    A cached call costs: the plan-cache lookup, one pass over the plan's binding program
+    (``_program``: per tensor a buffer check and a view, or a raw device pointer for plans
+    that take them), the engine's execute.  Every check runs before the engine writes."""
     if HOOKS and not _hooked:
         return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
-    key = (handle.place, handle.device) + key
-    plan = planner.get_plan(key, build, handle.place)
+    place = handle.place
+    key = (place, handle.device) + key
+    plan = planner.get_plan(key, build, place)
     if workspace_arg is not None:
         check_workspace(plan, workspace, workspace_size, workspace_arg)
-    data, staged = {}, {}
-    # plans that take raw device pointers (the cudnn engine) skip building CuPy views
-    put = device_pointer if (handle.place == "gpu" and getattr(plan, "raw_pointers", False)) else None
-    for uid, t in _externals(plan).items():
-        if t.is_by_value:
-            data[uid] = scalars[uid]
-        else:
-            buf, argname = tensors[uid] if uid in tensors else tensors[uid - Y_PRIOR_OFFSET]
-            if isinstance(buf, np.ndarray) and not buf.flags.writeable and uid in _written(plan):
-                from .errors import bad_param  # rule: an output buffer must be writable (checked before any write)
-                raise bad_param(argname, "is a read-only array but the call writes it")
-            if handle.place == "gpu" and isinstance(buf, np.ndarray):
-                buf = staged[id(buf)] = staged.get(id(buf)) or stage_to_device(buf, argname)
-            data[uid] = put(buf, t, argname) if put else bind(handle, buf, t, argname)
+    data, staged = {}, None
+    if place == "cpu":
+        for uid, t, by_value, written in _program(plan):
+            if by_value:
+                data[uid] = scalars[uid]
+                continue
+            buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
+            data[uid] = host_view(buf, t, argname, written)
+    else:
+        # plans that take raw device pointers (the cudnn engine) skip building CuPy views
+        raw = getattr(plan, "raw_pointers", False)
+        for uid, t, by_value, written in _program(plan):
+            if by_value:
+                data[uid] = scalars[uid]
+                continue
+            buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
+            if isinstance(buf, np.ndarray):
+                if written and not buf.flags.writeable:
+                    raise _read_only(argname)
+                staged = {} if staged is None else staged
+                dev = staged.get(id(buf))
+                if dev is None:
+                    dev = staged[id(buf)] = stage_to_device(buf, argname)
+                buf = dev
+            data[uid] = device_pointer(buf, t, argname) if raw else bind(handle, buf, t, argname)
     plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
     if staged:
         copy_back(plan, tensors, staged)
     _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
     return plan
+
+
+def _read_only(argname: str):
+    from .errors import bad_param  # rule: an output buffer must be writable (checked before any write)
+    return bad_param(argname, "is a read-only array but the call writes it")
 
 
 def stage_to_device(host: np.ndarray, argname: str):

@@ -91,17 +91,35 @@ def _device_view(data, tensor, argname: str):
     return cupy.ndarray(tensor.dims, dtype=storage, memptr=cupy.cuda.MemoryPointer(mem, 0), strides=strides)
 
 
+_CUPY_NDARRAY = []  # [cupy.ndarray] once CuPy is imported (device_pointer's fast path)
+
+
+def _cupy_ndarray():
+    if not _CUPY_NDARRAY:
+        import cupy
+        # CuPy's ndarray exposes its contiguity as the attributes _c_contiguous/_f_contiguous
+        # (cheaper than .flags); a CuPy without them takes the general path (_device_view)
+        fast = hasattr(cupy.ndarray, "_c_contiguous") and hasattr(cupy.ndarray, "_f_contiguous")
+        _CUPY_NDARRAY.append(cupy.ndarray if fast else type("_NoFastPath", (), {}))
+    return _CUPY_NDARRAY[0]
+
+
 def device_pointer(data, tensor, argname: str) -> int:
     """The device address of ``data`` after the checks ``bind`` makes, without building a CuPy
-    array: for GPU plans that take raw pointers (``plan.raw_pointers``, the cudnn engine)."""
-    import cupy
-    if type(data) is cupy.ndarray:
-        if not (data.flags.c_contiguous or data.flags.f_contiguous):
+    array: for GPU plans that take raw pointers (``plan.raw_pointers``, the cudnn engine).
+    A contiguous CuPy array costs a type test, two flag reads and a size compare."""
+    if type(data) is int:
+        if data == 0:
+            raise bad_param(argname, "is NULL")
+        return data
+    nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else _cupy_ndarray()
+    if type(data) is nd:
+        spec = tensor.__dict__.get("_layout") or layout(tensor)
+        if (data._c_contiguous or data._f_contiguous) and data.nbytes >= spec[1]:
+            return data.data.ptr
+        if not (data._c_contiguous or data._f_contiguous):
             raise bad_param(argname, "must be a contiguous buffer")
-        need = layout(tensor)[1]
-        if data.nbytes < need:
-            raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
-        return data.data.ptr
+        raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {spec[1]}")
     if isinstance(data, int) and not isinstance(data, bool):
         if data == 0:
             raise bad_param(argname, "is NULL")
@@ -109,6 +127,25 @@ def device_pointer(data, tensor, argname: str) -> int:
     if data is None:
         raise bad_param(argname, "is NULL")
     return _device_view(data, tensor, argname).data.ptr
+
+
+def host_view(data, tensor, argname: str, written: bool = False) -> np.ndarray:
+    """``bind`` on the CPU place for the legacy call path: also BAD_PARAM for a read-only array
+    the call writes (``written``), before anything is written."""
+    if type(data) is np.ndarray:
+        flags = data.flags
+        if written and not flags.writeable:
+            raise bad_param(argname, "is a read-only array but the call writes it")
+        if flags.c_contiguous and not data.dtype.hasobject:  # the common case
+            storage, need, strides = tensor.__dict__.get("_layout") or layout(tensor)
+            if data.nbytes < need:
+                raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
+            return np.ndarray(tensor.dims, dtype=storage, buffer=data, offset=0, strides=strides)
+    elif data is None:
+        raise bad_param(argname, "is NULL")
+    elif written and isinstance(data, np.ndarray) and not data.flags.writeable:
+        raise bad_param(argname, "is a read-only array but the call writes it")
+    return _host_view(data, tensor, argname)
 
 
 def bind(handle, data, tensor, argname: str):

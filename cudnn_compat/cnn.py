@@ -415,53 +415,54 @@ def _algo(dr: Direction, algo, call: "ConvCall | None" = None) -> str:
     return name
 
 
-def _compute(dr: Direction, handle, alpha, first_desc, first, second_desc, second, convDesc, algo,
-             workSpace, workSpaceSizeInBytes, beta, out_desc, out) -> None:
-    """The lean call path: the key is made from the descriptors' settings, and the validation of
-    002's rules runs inside the graph builder, i.e. once per signature on a plan-cache miss and
-    still before anything is written; a cached call resolves, keys, binds and executes."""
+def _compute(dr: Direction, handle, alpha, descs: tuple, datas: tuple, convDesc, algo, workSpace,
+             workSpaceSizeInBytes, beta) -> None:
+    """The lean call path; ``descs``/``datas`` are (x, w, y) in forward terms.  The key is made from
+    the descriptors' settings, and the validation of 002's rules runs inside the graph builder,
+    i.e. once per signature on a plan-cache miss and still before anything is written; a cached
+    call resolves, keys, binds and executes."""
     h = get_handle(handle)
-    args = _xwy(dr, first_desc, second_desc, out_desc)
-    xd = resolve(args[0], TensorDescriptor, dr.descs[0])
-    wd = resolve(args[1], FilterDescriptor, dr.descs[1])
-    yd = resolve(args[2], TensorDescriptor, dr.descs[2])
-    cd = conv_desc(convDesc)
+    names = dr.descs
+    xd = resolve(descs[0], TensorDescriptor, names[0])
+    wd = resolve(descs[1], FilterDescriptor, names[1])
+    yd = resolve(descs[2], TensorDescriptor, names[2])
+    cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
     double = yd.dataType == D_DOUBLE
     a, b = scalar(alpha, "alpha", double), scalar(beta, "beta", double)
     beta_zero = b == 0
     key = (dr.kind, xd.key(), wd.key(), yd.key(), cd.key(), algo if type(algo) is int else repr(algo), beta_zero)
 
     def build():
-        call = _conv_call(dr, first_desc, second_desc, out_desc, convDesc)
+        call = _conv_call(dr, *[descs[i] for i in dr.order], convDesc)
         return call.builder(_algo(dr, algo, call), cd.mathType, beta_zero)()
 
-    datas = _xwy(dr, first, second, out)
-    tensors = {X: (datas[0], dr.datas[0]), W: (datas[1], dr.datas[1]), Y: (datas[2], dr.datas[2])}
-    _call.run(h, key, build, tensors, {ALPHA: a, BETA: b}, workSpace, int(workSpaceSizeInBytes or 0),
-              workspace_arg="workSpaceSizeInBytes")
+    names = dr.datas
+    _call.run(h, key, build, {X: (datas[0], names[0]), W: (datas[1], names[1]), Y: (datas[2], names[2])},
+              {ALPHA: a, BETA: b}, workSpace, int(workSpaceSizeInBytes or 0), workspace_arg="workSpaceSizeInBytes")
 
 
 @legacy("cudnnConvolutionForward")
 def convolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes,
                        beta, yDesc, y) -> None:
     """y = alpha*conv(x, w) + beta*y (002 §5.2.10)."""
-    _compute(FWD, handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, yDesc, y)
+    _compute(FWD, handle, alpha, (xDesc, wDesc, yDesc), (x, w, y), convDesc, algo, workSpace, workSpaceSizeInBytes,
+             beta)
 
 
 @legacy("cudnnConvolutionBackwardData")
 def convolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes,
                             beta, dxDesc, dx) -> None:
     """dx = alpha*convBwdData(w, dy) + beta*dx, the adjoint of the forward in x (002 §5.2.8)."""
-    _compute(BWD_DATA, handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes,
-             beta, dxDesc, dx)
+    _compute(BWD_DATA, handle, alpha, (dxDesc, wDesc, dyDesc), (dx, w, dy), convDesc, algo, workSpace,
+             workSpaceSizeInBytes, beta)
 
 
 @legacy("cudnnConvolutionBackwardFilter")
 def convolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes,
                               beta, dwDesc, dw) -> None:
     """dw = alpha*convBwdFilter(x, dy) + beta*dw, the adjoint of the forward in w (002 §6.2.2)."""
-    _compute(BWD_FILTER, handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes,
-             beta, dwDesc, dw)
+    _compute(BWD_FILTER, handle, alpha, (xDesc, dwDesc, dyDesc), (x, dw, dy), convDesc, algo, workSpace,
+             workSpaceSizeInBytes, beta)
 
 
 # -- algorithm queries ----------------------------------------------------------------------------
@@ -748,28 +749,27 @@ def _same_layout(a, b) -> bool:
     return a.dataType == b.dataType and a.dims == b.dims and a.strides == b.strides
 
 
-@legacy("cudnnConvolutionBiasActivationForward")
-def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace,
-                                     workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc,
-                                     yDesc, y) -> None:
-    """y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9); z may alias y,
-    and is not read when alpha2 == 0."""
-    h = get_handle(handle)
-    for name, dsc in (("xDesc", xDesc), ("wDesc", wDesc), ("yDesc", yDesc), ("zDesc", zDesc)):
-        if dsc is None or (isinstance(dsc, int) and int(dsc) == 0):
-            raise bad_param(name, "is NULL")
-    cd = conv_desc(convDesc)
-    for name, dsc, cls in (("xDesc", xDesc, TensorDescriptor), ("wDesc", wDesc, FilterDescriptor),
-                           ("yDesc", yDesc, TensorDescriptor), ("zDesc", zDesc, TensorDescriptor)):
-        d = resolve(dsc, cls, name)
+_ACTIVATION_CLASS: list = []
+
+
+def _activation_class():
+    """The activation family's descriptor class (imported on first use: that family is optional)."""
+    if not _ACTIVATION_CLASS:
+        try:
+            from .activation import ActivationDescriptor
+        except ImportError:  # pragma: no cover - the activation family is not installed
+            raise not_supported("activationDesc", "activation descriptors are not available") from None
+        _ACTIVATION_CLASS.append(ActivationDescriptor)
+    return _ACTIVATION_CLASS[0]
+
+
+def _bias_act_graph(call: ConvCall, algo, activationDesc, zd, bd, use_z: bool) -> OperationGraph:
+    """Validate a ConvolutionBiasActivationForward signature (002 §5.2.9 'Returns') and build its
+    graph; runs once per signature, on a plan-cache miss, before anything is written."""
+    cd, yd = call.cd, call.yd
+    for name, d in (("xDesc", call.xd), ("wDesc", call.wd), ("yDesc", yd), ("zDesc", zd)):
         check(d.nbDims == cd.arrayLength + 2, name,
               f"has {d.nbDims} dims; it must have convDesc arrayLength + 2 = {cd.arrayLength + 2}")
-    zd = resolve(zDesc, TensorDescriptor, "zDesc")
-    bd = resolve(biasDesc, TensorDescriptor, "biasDesc")
-    if activationDesc is None or (isinstance(activationDesc, int) and int(activationDesc) == 0):
-        raise bad_param("activationDesc", "is NULL")
-    call = _conv_call(FWD, xDesc, wDesc, yDesc, convDesc)
-    yd = call.yd
     mode, nan_opt, coef = _activation(activationDesc)
     act = ENUMS["cudnnActivationMode_t"]
     if mode not in (act["CUDNN_ACTIVATION_RELU"], act["CUDNN_ACTIVATION_IDENTITY"]):
@@ -790,27 +790,47 @@ def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDes
     bias_dtype = "float32" if call.config in INT8_CONFIGS else yd.dtype
     if bd.dtype != bias_dtype:
         raise not_supported("biasDesc", f"data type must be {bias_dtype} for {call.config}_CONFIG, got {bd.dtype}")
-    a1, a2 = scalar(alpha1, "alpha1", call.double), scalar(alpha2, "alpha2", call.double)
-    math, use_z = cd.mathType, a2 != 0
     relu = mode == act["CUDNN_ACTIVATION_RELU"]
+    conv, out = call.conv_op(name, cd.mathType)
+    c = conv.outputs["y"]
+    ct = compute_dtype(out.dtype)
+    s1, s2 = virtual(SUM_Z, out.dims, ct, "alpha1_conv_alpha2_z"), virtual(SUM_BIAS, out.dims, ct, "plus_bias")
+    a1_t = scalar_tensor(ALPHA, ct, "alpha1")
+    if use_z:
+        add_z = Operation("Pointwise", {"x": c, "b": zd.ir(Z, "z"), "alpha1": a1_t,
+                                        "alpha2": scalar_tensor(ALPHA2, ct, "alpha2")}, {"y": s1}, {"mode": "ADD"})
+    else:
+        add_z = Operation("Pointwise", {"x": c, "alpha1": a1_t}, {"y": s1}, {"mode": "IDENTITY"})
+    add_b = Operation("Pointwise", {"x": s1, "b": bd.ir(BIAS, "bias")}, {"y": s2}, {"mode": "ADD"})
+    act_op = Operation("Pointwise", {"x": s2}, {"y": out},
+                       {"mode": "RELU_FWD", "nan_propagation": "NOT_PROPAGATE"} if relu else {"mode": "IDENTITY"})
+    return OperationGraph([conv, add_z, add_b, act_op], "ConvolutionBiasActivationForward")
+
+
+@legacy("cudnnConvolutionBiasActivationForward")
+def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace,
+                                     workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc,
+                                     yDesc, y) -> None:
+    """y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9); z may alias y,
+    and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
+    and keys on their settings; 002's rules are checked by the builder on a plan-cache miss."""
+    h = get_handle(handle)
+    xd = resolve(xDesc, TensorDescriptor, "xDesc")
+    wd = resolve(wDesc, FilterDescriptor, "wDesc")
+    yd = resolve(yDesc, TensorDescriptor, "yDesc")
+    zd = resolve(zDesc, TensorDescriptor, "zDesc")
+    cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
+    bd = resolve(biasDesc, TensorDescriptor, "biasDesc")
+    ad = resolve(activationDesc, _ACTIVATION_CLASS[0] if _ACTIVATION_CLASS else _activation_class(), "activationDesc")
+    double = yd.dataType == D_DOUBLE
+    a1, a2 = scalar(alpha1, "alpha1", double), scalar(alpha2, "alpha2", double)
+    use_z = a2 != 0
+    key = ("ConvolutionBiasActivationForward", xd.key(), wd.key(), yd.key(), cd.key(), zd.key(), bd.key(), ad.key(),
+           algo if type(algo) is int else repr(algo), use_z)
 
     def build():
-        conv, out = call.conv_op(name, math)
-        c = conv.outputs["y"]
-        ct = compute_dtype(out.dtype)
-        s1, s2 = virtual(SUM_Z, out.dims, ct, "alpha1_conv_alpha2_z"), virtual(SUM_BIAS, out.dims, ct, "plus_bias")
-        a1_t = scalar_tensor(ALPHA, ct, "alpha1")
-        if use_z:
-            add_z = Operation("Pointwise", {"x": c, "b": zd.ir(Z, "z"), "alpha1": a1_t,
-                                            "alpha2": scalar_tensor(ALPHA2, ct, "alpha2")}, {"y": s1}, {"mode": "ADD"})
-        else:
-            add_z = Operation("Pointwise", {"x": c, "alpha1": a1_t}, {"y": s1}, {"mode": "IDENTITY"})
-        add_b = Operation("Pointwise", {"x": s1, "b": bd.ir(BIAS, "bias")}, {"y": s2}, {"mode": "ADD"})
-        act_op = Operation("Pointwise", {"x": s2}, {"y": out},
-                           {"mode": "RELU_FWD", "nan_propagation": "NOT_PROPAGATE"} if relu else {"mode": "IDENTITY"})
-        return OperationGraph([conv, add_z, add_b, act_op], "ConvolutionBiasActivationForward")
+        return _bias_act_graph(_conv_call(FWD, xDesc, wDesc, yDesc, convDesc), algo, activationDesc, zd, bd, use_z)
 
-    key = ("ConvolutionBiasActivationForward", call.key(name, math, True), zd.key(), bd.key(), relu, use_z)
     tensors = {X: (x, "x"), W: (w, "w"), Y: (y, "y"), BIAS: (bias, "bias")}
     if use_z:
         tensors[Z] = (z, "z")

@@ -120,17 +120,21 @@ def _words(value: int) -> list:
 
 
 def write_states(handle, states, seed: int, offset: int = 0) -> None:
-    """Seed a states buffer (the cuRAND init of legacy cuDNN): one graph of four
-    IDENTITY ops, each writing one int32 word from a by-value scalar."""
+    """Seed a states buffer (the cuRAND init of legacy cuDNN): one graph of sixteen IDENTITY ops,
+    each writing one byte of the four little-endian int32 words from a by-value scalar.  Bytes,
+    not words: a value below 256 is exact in every engine's arithmetic (a GPU engine computing
+    in float would round a 32-bit word)."""
+    nbytes = 4 * STATE_WORDS
+
     def build():
         b = bg.GraphBuilder("DropoutStatesInit", "float64")
-        for k in range(STATE_WORDS):
-            b.pw("IDENTITY", b.scalar(f"w{k}", "float64"), out=b.ext("states", k, (1,), (1,), "int32"))
+        for k in range(nbytes):
+            b.pw("IDENTITY", b.scalar(f"b{k}", "float64"), out=b.ext("states", k, (1,), (1,), "uint8"))
         return b
-    key = ("DropoutStatesInit",)
+    key = ("DropoutStatesInit", "bytes")
     bound = bg.prepare(key, build)
-    words = _words(seed) + _words(offset)
-    bg.execute(handle, key, bound, {"states": states}, {f"w{k}": words[k] for k in range(STATE_WORDS)})
+    raw = np.array(_words(seed) + _words(offset), "<i4").view(np.uint8)
+    bg.execute(handle, key, bound, {"states": states}, {f"b{k}": int(raw[k]) for k in range(nbytes)})
 
 
 @legacy("cudnnSetDropoutDescriptor")

@@ -1,6 +1,6 @@
 """The one RNN implementation under both API generations: geometry, weight/workspace/reserve
 layouts, and the translation of forward, backward-data and backward-weights into graphs of
-Matmul and Pointwise ops (002 §7.1.2.8 cudnnRNNMode_t equations, §7.2.36 cudnnRNNForward,
+Matmul, Pointwise, Reduction, Rng and the composite recurrence ops (002 §7.1.2.8 cudnnRNNMode_t equations, §7.2.36 cudnnRNNForward,
 §8.2.18 cudnnRNNBackwardData_v8, §8.2.21 cudnnRNNBackwardWeights_v8).
 
 A call becomes a short sequence of graphs, each cached per signature:
@@ -729,11 +729,24 @@ def stages(call: Call, kind: str) -> list:
     return [("bweights", build_bwd_weights, None)]
 
 
+def math_type(cfg: RNNConfig) -> str:
+    """The Matmul math type of the call's GEMMs: FMA_MATH forbids TF32 for FLOAT data (002 cudnnMathType_t)."""
+    return "FMA_MATH" if (cfg.dtype == "float32" and not cfg.tf32) else "DEFAULT_MATH"
+
+
+def _stamped(builder: bg.GraphBuilder, cfg: RNNConfig) -> bg.GraphBuilder:
+    for op in builder.ops:
+        if op.kind == "Matmul":
+            op.attrs.setdefault("math_type", math_type(cfg))
+    return builder
+
+
 def run(handle, call: Call, kind: str, buffers: dict, values: dict) -> None:
     """Build (or fetch) every graph of the call first, then run them in order."""
     prepared = []
     for stage, fn, arg in stages(call, kind):
         key = call.key(stage)
-        prepared.append((key, bg.prepare(key, (lambda fn=fn, arg=arg: fn(call, arg) if arg is not None else fn(call)))))
+        prepared.append((key, bg.prepare(key, (lambda fn=fn, arg=arg: _stamped(
+            fn(call, arg) if arg is not None else fn(call), call.cfg)))))
     for key, bound in prepared:
         bg.execute(handle, key, bound, buffers, values)

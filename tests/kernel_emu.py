@@ -44,10 +44,25 @@ static inline unsigned short cc_d2h(double d) { _Float16 v = (_Float16)d; unsign
 """
 
 
+_AVAILABLE: list = []
+
+
 def available() -> "str | None":
-    if shutil.which("g++") is None:
-        return "g++ is not installed"
-    return None
+    """None when g++ can build the shim (C++20 <barrier>, _Float16), else why not."""
+    if not _AVAILABLE:
+        why = None
+        if shutil.which("g++") is None:
+            why = "g++ is not installed"
+        else:
+            d = tempfile.mkdtemp(prefix="cc_emu_probe_")
+            src = os.path.join(d, "p.cpp")
+            with open(src, "w") as f:
+                f.write(SHIM + "int main() { return (int)cc_h2f(cc_f2h(0.0f)); }\n")
+            r = subprocess.run(["g++", "-std=c++20", "-fsyntax-only", "-w", src], capture_output=True, text=True)
+            if r.returncode:
+                why = f"g++ cannot build the emulator shim: {r.stderr.strip()[:200]}"
+        _AVAILABLE.append(why)
+    return _AVAILABLE[0]
 
 
 def _split(param: str):

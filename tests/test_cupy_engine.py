@@ -627,3 +627,28 @@ def test_engine_declines_are_not_supported_when_forced(handles, rng):
         with pytest.raises(cc.CuDNNError) as e:
             cc.cudnnAddTensor(hc, 1.0, a.desc, a.host, 0.0, c.desc, c.host)
     assert e.value.status == cc.CUDNN_STATUS_NOT_SUPPORTED
+
+
+@pytest.mark.parametrize("shape, layout", [((3, 40, 1, 1), "NCHW"), ((64, 8, 32, 32), "NHWC")])
+def test_in_place_calls(handles, rng, shape, layout):
+    """x == y: softmax (row kernels, split and cached), LRN and divisive normalization (window
+    kernels read neighbours of what they write: the input is copied first) and BN training."""
+    x = T(rng, shape, "float32", layout)
+    acc, inst = cc.CUDNN_SOFTMAX_ACCURATE, cc.CUDNN_SOFTMAX_MODE_CHANNEL
+    compare(handles, lambda h, d: cc.cudnnSoftmaxForward(h, acc, inst, 1.0, x.desc, d["x"], 0.5, x.desc, d["x"]),
+            {"x": x}, ["x"])
+    ld = cc.cudnnCreateLRNDescriptor()
+    cc.cudnnSetLRNDescriptor(ld, 5, 0.5, 0.75, 2.0)
+    compare(handles, lambda h, d: cc.cudnnLRNCrossChannelForward(h, ld, cc.CUDNN_LRN_CROSS_CHANNEL_DIM1, 1.0, x.desc,
+                                                                  d["x"], 0.0, x.desc, d["x"]), {"x": x}, ["x"])
+    if layout == "NCHW":
+        tmp = {k: T(rng, shape, "float32") for k in ("t1", "t2")}
+        compare(handles, lambda h, d: cc.cudnnDivisiveNormalizationForward(
+            h, ld, cc.CUDNN_DIVNORM_PRECOMPUTED_MEANS, 1.0, x.desc, d["x"], None, d["t1"], d["t2"], 0.0, x.desc, d["x"]),
+            {"x": x, **tmp}, ["x"])
+    mode = cc.CUDNN_BATCHNORM_SPATIAL
+    ps, pt, mk = _bn_params(rng, mode, shape, "float32")
+    scale, bias = mk(low=0.5), mk()
+    compare(handles, lambda h, d: cc.cudnnBatchNormalizationForwardTraining(
+        h, mode, 1.0, 0.0, x.desc, d["x"], x.desc, d["x"], scale.desc, d["scale"], d["bias"], 0.1, None, None, 1e-4,
+        None, None), {"x": x, "scale": scale, "bias": bias}, ["x"], tol=1e-4)

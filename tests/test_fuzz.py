@@ -28,8 +28,7 @@ which also prints the outcome counts gathered in ``STATS``.
 from __future__ import annotations
 
 import collections
-import itertools
-import math
+import functools
 import os
 
 import numpy as np
@@ -41,7 +40,8 @@ from cudnn_compat.errors import CuDNNError
 
 # -- size -------------------------------------------------------------------------------------------
 
-FULL = int(os.environ.get("CUDNN_COMPAT_FUZZ_EXAMPLES", "0") or 0)  # total examples over the suite
+FULL = int(os.environ.get("CUDNN_COMPAT_FUZZ_EXAMPLES", "0") or 0)  # total cases over the suite
+BATCH = max(1, int(os.environ.get("CUDNN_COMPAT_FUZZ_BATCH", "1") or 1))  # cases per hypothesis example
 CI_PER_WEIGHT = int(os.environ.get("CUDNN_COMPAT_FUZZ_CI", "40"))
 WEIGHTS = {  # relative share of the examples per property
     "setters": 6, "lifecycle": 2, "add_tensor": 5, "op_tensor": 5, "reduce_tensor": 5, "transform_tensor": 4,
@@ -55,7 +55,8 @@ STATS: collections.Counter = collections.Counter()  # (property, outcome) -> cou
 def fuzz(name: str):
     """Hypothesis settings for property ``name``: CI size, or its share of CUDNN_COMPAT_FUZZ_EXAMPLES."""
     w = WEIGHTS[name]
-    n = max(1, FULL * w // sum(WEIGHTS.values())) if FULL else CI_PER_WEIGHT * w
+    n = max(1, FULL * w // sum(WEIGHTS.values()) // (BATCH if name not in ("setters", "lifecycle") else 1)) \
+        if FULL else CI_PER_WEIGHT * w
     return settings(max_examples=n, deadline=None, database=None, derandomize=not FULL, print_blob=True,
                     suppress_health_check=list(HealthCheck))
 
@@ -269,6 +270,26 @@ SEEDS = st.integers(0, 2 ** 64 - 1)
 FAULTS = st.tuples(st.sampled_from([False, False, False, True]), st.integers(0, 2 ** 16), st.integers(0, 2 ** 16))
 
 
+_CUMULATIVE: dict = {}
+
+
+def cases(body):
+    """Run an example's body on BATCH derived seeds (1 in CI; benchmarks/fuzz_nightly.py raises it to
+    spread hypothesis' own per-example cost, a few milliseconds, over several cases).  A failing case
+    names its seed and fault, so ``body(seed, fault)`` reproduces it alone."""
+    @functools.wraps(body)
+    def run(seed, fault):
+        for k in range(BATCH):
+            s = (seed + k * 0x9E3779B97F4A7C15) % 2 ** 64
+            f = (fault[0], fault[1] + k, fault[2] + k)
+            try:
+                body(s, f)
+            except Exception as e:
+                e.add_note(f"failing case: {body.__name__}.hypothesis.inner_test.__wrapped__({s}, {f})")
+                raise
+    return run
+
+
 class Rand:
     def __init__(self, seed):
         self.g = np.random.default_rng(seed)
@@ -287,9 +308,12 @@ class Rand:
         return seq[int(self.g.integers(len(seq)))]
 
     def pick_w(self, pairs):
-        values, weights = zip(*pairs)
-        w = np.asarray(weights, float)
-        return values[int(self.g.choice(len(values), p=w / w.sum()))]
+        """A value from ((value, weight), ...)."""
+        cum = _CUMULATIVE.get(pairs)
+        if cum is None:
+            cum = _CUMULATIVE[pairs] = (tuple(v for v, _ in pairs), np.cumsum([w for _, w in pairs], dtype=float))
+        values, c = cum
+        return values[int(np.searchsorted(c, self.g.random() * c[-1], side="right"))]
 
     def perm(self, n):
         return [int(i) for i in self.g.permutation(n)]
@@ -753,6 +777,7 @@ def _same_rank_dims_ok(small, big) -> bool:
 
 @fuzz("add_tensor")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_add_tensor(seed, fault):
     """cudnnAddTensor: C = alpha*A + beta*C, A broadcast where its dim is 1 (002 §3.2.2).
     must_reject: A dims not C's-or-1 or ranks differ (BAD_PARAM), data types differ (BAD_PARAM),
@@ -808,6 +833,7 @@ def _compute(v, comp):
 
 @fuzz("op_tensor")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_op_tensor(seed, fault):
     """cudnnOpTensor: C = op(alpha1*A, alpha2*B) + beta*C (002 §3.2.68).  must_reject: A dims differ
     from C's, B dims not C's-or-1, fewer than 4 dims (BAD_PARAM), over 5 dims or (compType, A, B, C)
@@ -897,6 +923,7 @@ INDEXED = {cc.CUDNN_REDUCE_TENSOR_MIN, cc.CUDNN_REDUCE_TENSOR_MAX, cc.CUDNN_REDU
 
 @fuzz("reduce_tensor")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_reduce_tensor(seed, fault):
     """cudnnReduceTensor: C = alpha*reduce(A) + beta*C over the dims where C is 1 (002 §3.2.71), with
     flattened indices for MIN/MAX/AMAX.  must_reject: C dims not A's-or-1, nothing reduced, double mixed
@@ -987,6 +1014,7 @@ def test_fuzz_reduce_tensor(seed, fault):
 
 @fuzz("transform_tensor")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_transform_tensor(seed, fault):
     """cudnnTransformTensor: y = alpha*x + beta*y between layouts (002 §3.2.100).  must_reject: dims or
     data types differ, or x and y are one buffer (BAD_PARAM)."""
@@ -1064,6 +1092,7 @@ def make_activation(R, scope, faults):
 
 @fuzz("activation_forward")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_activation_forward(seed, fault):
     """cudnnActivationForward: y = alpha*act(x) + beta*y (002 §3.2.1).  must_reject: IDENTITY or a bad
     mode, x/y dims or data types differ, in place with other strides (BAD_PARAM); data types other than
@@ -1111,6 +1140,7 @@ def test_fuzz_activation_forward(seed, fault):
 
 @fuzz("activation_backward")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_activation_backward(seed, fault):
     """cudnnActivationBackward: dx = alpha*act'(.)*dy + beta*dx (002 §4.1.1), from y (x for SWISH).
     must_reject: IDENTITY or a bad mode, in-place dy == dx with other strides (BAD_PARAM); dims or data
@@ -1173,6 +1203,7 @@ def test_fuzz_activation_backward(seed, fault):
 
 @fuzz("softmax_forward")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_softmax_forward(seed, fault):
     """cudnnSoftmaxForward: y = alpha*softmax(x) + beta*y, FAST/ACCURATE/LOG over C,H,W (INSTANCE) or C
     (CHANNEL) (002 §3.2.96).  must_reject: x/y dims or data types differ, bad algorithm or mode, in place
@@ -1250,6 +1281,7 @@ def pool_reference(x, mode, window, pad, stride, ydims, lowest):
 
 @fuzz("pooling_forward")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_pooling_forward(seed, fault):
     """cudnnPoolingForward: y = alpha*pool(x) + beta*y (002 §3.2.69) with windows, paddings (negative
     in Nd) and strides at random, yDesc of the advised size or not.  Setter rules: window or stride <= 0,
@@ -1552,6 +1584,7 @@ def _conv_case(R, fault, direction):
 
 @fuzz("convolution_forward")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_convolution_forward(seed, fault):
     """cudnnConvolutionForward (002 §5.2.10) over groups, paddings, strides, dilations, both modes, every
     algo and data-type configuration.  must_reject: rank, channel, group, data type and filter-size rules
@@ -1561,6 +1594,7 @@ def test_fuzz_convolution_forward(seed, fault):
 
 @fuzz("convolution_backward_data")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_convolution_backward_data(seed, fault):
     """cudnnConvolutionBackwardData (002 §5.2.8), checked against the adjoint written here.  must_reject:
     as forward, dy dims other than the output dims (BAD_PARAM), K not a multiple of the group count
@@ -1570,6 +1604,7 @@ def test_fuzz_convolution_backward_data(seed, fault):
 
 @fuzz("convolution_backward_filter")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_convolution_backward_filter(seed, fault):
     """cudnnConvolutionBackwardFilter (002 §6.2.2), checked against the adjoint written here."""
     _conv_case(Rand(seed), fault, "bwd_filter")
@@ -1622,6 +1657,7 @@ def bn_must_reject(P, xi, yi, pi) -> list:
 
 @fuzz("batchnorm_inference")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_batchnorm_inference(seed, fault):
     """cudnnBatchNormalizationForwardInference: y = alpha*(bias + scale*(x - mean)/sqrt(eps + var)) +
     beta*y (002 §3.2.3).  must_reject: NULL pointers, rank not 4/5, parameter dims wrong for the mode,
@@ -1665,6 +1701,7 @@ def test_fuzz_batchnorm_inference(seed, fault):
 
 @fuzz("batchnorm_training")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_batchnorm_training(seed, fault):
     """cudnnBatchNormalizationForwardTraining (002 §4.1.4): y from the batch mean and biased variance;
     running mean/variance (1-f)*old + f*new with the unbiased variance; saved mean and 1/sqrt(var + eps).
@@ -1736,6 +1773,7 @@ def test_fuzz_batchnorm_training(seed, fault):
 
 @fuzz("lrn_forward")
 @given(SEEDS, FAULTS)
+@cases
 def test_fuzz_lrn_forward(seed, fault):
     """cudnnLRNCrossChannelForward: y = alpha * x / (K + (lrnAlpha/N) * sum_window x^2)^lrnBeta + beta*y
     over the channel window [c - (N-1)//2, c + N - (N-1)//2 - 1] (002 §3.2.65).  Setter rules: N outside
@@ -1754,10 +1792,14 @@ def test_fuzz_lrn_forward(seed, fault):
     xspec = draw_tensor_spec(R, dims, dtype)
     yspec = same_or(R, xspec, 0.6) if R.chance(0.95) else draw_tensor_spec(R, draw_dims(R, len(dims)), dtype)
     with Scope() as scope:
-        lk_fault = faults.at("desc:lrn")
-        if lk_fault:
+        lk_fault, ld = faults.at("desc:lrn"), None
+        if lk_fault == "unset":  # 002 §3.2.11: a created LRN descriptor holds the defaults; it is usable
+            faults.fault, lk_fault = None, None
+            lrnN, lalpha, lbeta, lk = 5, 1e-4, 0.75, 2.0
+            ld = scope.add(cc.cudnnCreateLRNDescriptor(), cc.cudnnDestroyLRNDescriptor)
+        elif lk_fault:
             ld = bad_descriptor(scope, lk_fault, cc.cudnnCreateLRNDescriptor, cc.cudnnDestroyLRNDescriptor)
-        else:
+        if not lk_fault and ld is None:
             ld = scope.add(cc.cudnnCreateLRNDescriptor(), cc.cudnnDestroyLRNDescriptor)
             bad = not (cc.CUDNN_LRN_MIN_N <= lrnN <= cc.CUDNN_LRN_MAX_N) or lk < cc.CUDNN_LRN_MIN_K or \
                 lbeta < cc.CUDNN_LRN_MIN_BETA

@@ -304,6 +304,33 @@ def test_half_conversions_assemble_to_machine_code():
             assert not err, log
 
 
+def test_64_bit_indexing_past_two_giga_elements():
+    """Element counts or offsets past 2^31 switch the index type to 64 bits (no data needed:
+    only the sources are built and compiled)."""
+    big = (2, 4, 32768, 10000)  # 2.6e9 elements
+    graphs = [one("Pointwise", {"x": ten(1, big)}, "y", ten(2, big), True, {"mode": "RELU_FWD"}),
+              OperationGraph([Operation("Reduction", {"x": ten(1, big)}, {"y": virtual(8001, (1, 4, 1, 1))},
+                                        {"mode": "ADD"}), blend(virtual(8001, (1, 4, 1, 1)), ten(2, (1, 4, 1, 1)),
+                                                                True)], "ReduceTensor"),
+              one("Softmax", {"x": ten(1, big)}, "y", ten(2, big), True, {"algorithm": "LOG", "axes": (1,)}),
+              one("ResampleForward", {"x": ten(1, big)}, "y", ten(2, (2, 4, 16384, 5000)), True,
+                  {"mode": "MAXPOOL", "window": (2, 2), "stride": (2, 2), "pre_padding": (0, 0),
+                   "post_padding": (0, 0)})]
+    small = one("Pointwise", {"x": ten(1, (2, 3, 4, 5))}, "y", ten(2, (2, 3, 4, 5)), True, {"mode": "RELU_FWD"})
+    assert all("long long" not in src.split("#endif", 1)[1] for src in kernel_sources(ENGINE.build(small.finalize(), EngineConfig("cupy"))))
+    nvrtc = None
+    for g in graphs:
+        srcs = kernel_sources(ENGINE.build(g.finalize(), EngineConfig("cupy")))
+        assert srcs and all("long long" in src.split("#endif", 1)[1] for src in srcs), g.name
+        try:
+            nvrtc = nvrtc or _nvrtc()
+        except pytest.skip.Exception:
+            continue
+        for src in srcs:
+            err, log = _compile(nvrtc, "big", src)
+            assert not err, log
+
+
 def test_a_broken_source_fails_to_compile():
     """The check above can fail: a kernel with a type error does not compile."""
     nvrtc = _nvrtc()

@@ -38,13 +38,19 @@ class EngineConfig:
         return f"{self.engine}#{self.index}" + (f"[{k}]" if k else "")
 
 
-@dataclass(frozen=True)
 class VariantPack:
-    """CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: uid -> data buffer, plus workspace."""
+    """CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: uid -> data buffer, plus workspace.  A plain
+    slotted class (made once per legacy call; a frozen dataclass's __init__ costs 3x more)."""
 
-    data: dict
-    workspace: object = None
-    workspace_size: int = 0
+    __slots__ = ("data", "workspace", "workspace_size")
+
+    def __init__(self, data: dict, workspace: object = None, workspace_size: int = 0):
+        self.data = data
+        self.workspace = workspace
+        self.workspace_size = workspace_size
+
+    def __repr__(self):
+        return f"VariantPack(data={self.data!r}, workspace={self.workspace!r}, workspace_size={self.workspace_size!r})"
 
 
 class ExecutionPlan:

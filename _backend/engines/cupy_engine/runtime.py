@@ -59,7 +59,7 @@ def pointer(buf) -> int:
     data = getattr(buf, "data", None)
     if data is not None and hasattr(data, "ptr"):
         return int(data.ptr)
-    iface = getattr(buf, "__cuda_array_interface__", None)
+    iface = getattr(buf, "__cuda_array_interface__", None) or getattr(buf, "__array_interface__", None)
     if iface is not None:
         return int(iface["data"][0])
     raise TypeError(f"not a device buffer: {type(buf).__name__}")
