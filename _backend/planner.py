@@ -10,7 +10,7 @@ import time
 from .engines.base import EngineDeclined, VariantPack
 from .heuristics import forced_engine, get_engine_configs
 from .ir import GraphError
-from .plan_cache import CACHE
+from .plan_cache import CACHE, acquire, done
 
 log = logging.getLogger("cudnn_compat")
 _clock = time.perf_counter
@@ -84,6 +84,11 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
     pack = VariantPack(data, workspace, workspace_size)
     tried = []
     while True:
+        if not acquire(plan):  # evicted and released by another thread since the lookup: rebuild it
+            plan = make_plan(plan.graph, plan.place, exclude=tried)
+            if key is not None:
+                CACHE.put(key, plan)
+            continue
         t0 = _clock()
         try:
             plan.execute(pack, stream)
@@ -99,6 +104,8 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
                 raise
             reason = f"{type(e).__name__}: {e}"
             log.error("engine %s failed at execute (%s); falling back", plan.engine, reason, exc_info=True)
+        finally:
+            done(plan)
         tried.append(plan.engine)
         if key is not None:
             CACHE.evict(key)

@@ -18,7 +18,8 @@ the cached plan's execute alone with a prebuilt pack (the engine's share).
 
 ``--root`` imports cudnn_compat from another tree (e.g. an export of an older commit) so
 before/after can be measured by one script.  Prints microseconds per call: mean (timeit), median (per-call
-perf_counter) and the best of 7 block means (least disturbed by other load); ``--profile`` adds cProfile's top functions by own time.
+perf_counter) and this thread's CPU time per call (not inflated by other load; on the GPU it
+excludes time the driver spends blocked); ``--profile`` adds cProfile's top functions by own time.
 """
 from __future__ import annotations
 
@@ -119,8 +120,11 @@ def measure(fn, calls: int, sync=None) -> dict:
     mean = timeit.timeit(fn, number=calls) / calls * 1e6
     if sync:
         sync()
-    # best of 7 blocks: robust against other load on the machine
-    best = min(timeit.repeat(fn, number=max(calls // 7, 1), repeat=7)) / max(calls // 7, 1) * 1e6
+    # this thread's CPU time per call (time.thread_time): not inflated when other load preempts us
+    t0 = time.thread_time()
+    for _ in range(calls):
+        fn()
+    cpu = (time.thread_time() - t0) / calls * 1e6
     if sync:
         sync()
     ts, pc = [], time.perf_counter
@@ -130,7 +134,7 @@ def measure(fn, calls: int, sync=None) -> dict:
         ts.append(pc() - t0)
     if sync:
         sync()
-    return {"mean_us": mean, "median_us": statistics.median(ts) * 1e6, "best_us": best}
+    return {"mean_us": mean, "median_us": statistics.median(ts) * 1e6, "thread_cpu_us": cpu}
 
 
 def profile(fn, calls: int, top: int = 18) -> str:
@@ -171,7 +175,7 @@ def main(argv=None):
             continue
         out["cases"][case] = r
         print(f"{args.label:8s} {args.place} {case:15s} mean {r['mean_us']:6.1f}  median {r['median_us']:6.1f}  "
-              f"best-block mean {r['best_us']:6.1f} us",
+              f"thread-cpu {r['thread_cpu_us']:6.1f} us",
               flush=True)
         if args.profile and not case.endswith("_plan"):
             text = profile(fn, min(args.calls, 5000))

@@ -15,7 +15,7 @@ import numpy as np
 
 from _backend import planner
 from _backend.ir import Operation, scalar as scalar_tensor, virtual
-from ._data import bind, device_pointer, host_view
+from ._data import bind, cupy_ndarray, device_pointer, host_view, layout
 
 ALPHA, BETA = 9001, 9002  # uids of the output-blend scalars
 Y_PRIOR_OFFSET = 5000  # uid of "y before the call" = uid(y) + this
@@ -91,11 +91,12 @@ def _intercepted(i: int, *args):
 
 def _program(plan) -> tuple:
     """What binding needs of each external tensor of ``plan``, computed once per plan:
-    ((uid, tensor, is by-value scalar, is written), ...)."""
+    ((uid, tensor, is by-value scalar, is written, bytes spanned), ...)."""
     prog = getattr(plan, "bind_program", None)
     if prog is None:
         written = _written(plan)
-        prog = plan.bind_program = tuple((uid, t, t.is_by_value, uid in written) for uid, t in _externals(plan).items())
+        prog = plan.bind_program = tuple((uid, t, t.is_by_value, uid in written, 0 if t.is_by_value else layout(t)[1])
+                                         for uid, t in _externals(plan).items())
     return prog
 
 
@@ -117,20 +118,25 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         check_workspace(plan, workspace, workspace_size, workspace_arg)
     data, staged = {}, None
     if place == "cpu":
-        for uid, t, by_value, written in _program(plan):
+        for uid, t, by_value, written, _need in _program(plan):
             if by_value:
                 data[uid] = scalars[uid]
                 continue
             buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
             data[uid] = host_view(buf, t, argname, written)
     else:
-        # plans that take raw device pointers (the cudnn engine) skip building CuPy views
+        # plans that take raw device pointers (the cudnn engine) skip building CuPy views; a
+        # contiguous CuPy array big enough for the tensor is its pointer (device_pointer's fast path)
         raw = getattr(plan, "raw_pointers", False)
-        for uid, t, by_value, written in _program(plan):
+        nd = cupy_ndarray()
+        for uid, t, by_value, written, need in _program(plan):
             if by_value:
                 data[uid] = scalars[uid]
                 continue
             buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
+            if raw and type(buf) is nd and (buf._c_contiguous or buf._f_contiguous) and buf.nbytes >= need:
+                data[uid] = buf.data.ptr
+                continue
             if isinstance(buf, np.ndarray):
                 if written and not buf.flags.writeable:
                     raise _read_only(argname)

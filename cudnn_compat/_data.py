@@ -94,7 +94,9 @@ def _device_view(data, tensor, argname: str):
 _CUPY_NDARRAY = []  # [cupy.ndarray] once CuPy is imported (device_pointer's fast path)
 
 
-def _cupy_ndarray():
+def cupy_ndarray():
+    """``cupy.ndarray`` where it has the _c_contiguous/_f_contiguous attributes the fast paths read
+    (else a class nothing is an instance of); imports CuPy on first use."""
     if not _CUPY_NDARRAY:
         import cupy
         # CuPy's ndarray exposes its contiguity as the attributes _c_contiguous/_f_contiguous
@@ -112,7 +114,7 @@ def device_pointer(data, tensor, argname: str) -> int:
         if data == 0:
             raise bad_param(argname, "is NULL")
         return data
-    nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else _cupy_ndarray()
+    nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else cupy_ndarray()
     if type(data) is nd:
         spec = tensor.__dict__.get("_layout") or layout(tensor)
         if (data._c_contiguous or data._f_contiguous) and data.nbytes >= spec[1]:

@@ -236,7 +236,10 @@ class Scope:
                           names=[calls[i].name for i in seg.calls])
 
     def _run_single(self, call: _Pending) -> None:
-        self._execute(call.plan, [call], {u: (0, u) for u in call.bound}, {u: (0, u) for u in call.scalars},
+        """One recorded call as it would have run (its plan again from the cache: one the cache
+        evicted meanwhile was released, and is rebuilt from the same graph)."""
+        plan = planner.get_plan(call.key, lambda: call.plan.graph, self.handle.place)
+        self._execute(plan, [call], {u: (0, u) for u in call.bound}, {u: (0, u) for u in call.scalars},
                       call.key, call.workspace, call.workspace_size, names=[call.name])
 
     def _execute(self, plan, calls, buffers: dict, scalars: dict, key, workspace=None, workspace_size: int = 0,

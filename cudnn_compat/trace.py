@@ -43,7 +43,6 @@ import zipfile
 
 import numpy as np
 
-from _backend import dtypes as _dtypes
 from _backend.heuristics import ORDER, forced_engine
 from . import _call, _registry
 from ._data import POINTER_MIN, extent_bytes

@@ -296,6 +296,131 @@ def test_enum_values_match_the_installed_header():
     assert not missing, missing
 
 
+# -- the cached per-call path with a fake libcudnn (CPU) ------------------------------------------
+
+class _FakeDesc:
+    """Stands in for lib.Descriptor: records what is made, set and destroyed."""
+    made, destroyed = [], []
+    _next = [0x100000]
+
+    def __init__(self, kind):
+        self.kind, self.attrs = kind, {}
+        self.ptr = self._next[0]
+        self._next[0] += 0x100
+        _FakeDesc.made.append(self)
+
+    def set(self, attr, attr_type, values):
+        self.attrs[attr] = values
+        return self
+
+    def finalize(self):
+        return self
+
+    def destroy(self):
+        _FakeDesc.destroyed.append(self)
+
+
+@pytest.fixture
+def fake_cudnn(monkeypatch):
+    """A CudnnPlan over the conv_blend spec of conv_graph(beta_zero=False), on a fake libcudnn:
+    returns (plan, executes [(handle, plan ptr, variant pack ptr)], fallbacks)."""
+    import types
+    from _backend.engines.cudnn_engine import plan as plan_mod
+    executes, fallbacks = [], []
+    _FakeDesc.made, _FakeDesc.destroyed = [], []
+    monkeypatch.setattr(nlib, "load", lambda: types.SimpleNamespace(
+        cudnnBackendExecute=lambda h, p, vp: executes.append((h, p, vp)) or 0))
+    monkeypatch.setattr(nlib, "Descriptor", _FakeDesc)
+    monkeypatch.setitem(nlib._handles, 77, [0xAB, 0])
+
+    def handle_for(device, stream_ptr=0):
+        nlib._handles[device][1] = stream_ptr
+        return nlib._handles[device][0]
+
+    monkeypatch.setattr(nlib, "handle_for", handle_for)
+    monkeypatch.setattr(plan_mod, "_views_for_fallback", lambda graph, data: fallbacks.append(dict(data)))
+
+    class FakeNative:
+        def __init__(self, spec, handle, values=None):
+            self.values, self.graph = values, _FakeDesc("OPERATIONGRAPH")
+
+        def destroy(self):
+            pass
+
+    subplans = []
+
+    def execution_plan(lib, handle, graph, cfg):
+        d = _FakeDesc("EXECUTION_PLAN")
+        subplans.append(d.ptr)
+        return d, 0, [d]
+
+    monkeypatch.setattr(plan_mod, "NativeGraph", FakeNative)
+    monkeypatch.setattr(plan_mod._configs, "execution_plan", execution_plan)
+    g = conv_graph(beta_zero=False, dtype="float16")
+    spec = candidates(g)[0]
+    base = _FakeDesc("EXECUTION_PLAN")
+    plan = plan_mod.CudnnPlan(g, EngineConfig("cudnn", (), frozenset({"DETERMINISTIC"}), 5), spec, 77,
+                              FakeNative(spec, 0), base, 0, [base], spec.representative())
+    plan.base_ptr = base.ptr
+    return plan, executes, fallbacks
+
+
+def _pack(x, w, y, alpha=1.0, beta=1.0, prior=None):
+    from _backend.engines.base import VariantPack
+    return VariantPack({1: x, 2: w, 3: y, 5003: y if prior is None else prior, ALPHA: alpha, BETA: beta})
+
+
+def test_cached_path_reuses_packs_lru_and_picks_subplans_by_scalars(fake_cudnn):
+    from _backend.engines.cudnn_engine import plan as plan_mod
+    plan, executes, _ = fake_cudnn
+    packs = lambda: [d for d in _FakeDesc.made if d.kind == "VARIANT_PACK"]  # noqa: E731
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # same pointers: the same pack, not a new one
+    assert len(packs()) == 1 and executes[0] == executes[1] == (0xAB, plan.base_ptr, packs()[0].ptr)
+    assert packs()[0].attrs["VARIANT_PACK_UNIQUE_IDS"] == [1, 2, 3]
+    assert packs()[0].attrs["VARIANT_PACK_DATA_POINTERS"] == [0x1000, 0x2000, 0x3000]
+    # LRU: fill the cache with new pointer tuples while touching the first one; it survives
+    for i in range(plan_mod.PACK_CACHE + 3):
+        plan.execute(_pack(0x1000, 0x2000, 0x10000 + 0x100 * i), None)
+        plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    assert len(plan._packs) == plan_mod.PACK_CACHE
+    assert ((0x1000, 0x2000, 0x3000), 0) in plan._packs
+    assert len(_FakeDesc.destroyed) == len(packs()) - plan_mod.PACK_CACHE
+    assert executes[-1][2] == packs()[0].ptr
+    # baked alpha/beta: (1, 1) is the base plan, other values get (and then reuse) a sub-plan
+    n = len(executes)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000, 2.0, 0.5), None)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000, np.float64(2.0), 0.5), None)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000, 1, 1), None)
+    assert executes[n][1] == executes[n + 1][1] != plan.base_ptr and executes[n + 2][1] == plan.base_ptr
+    assert len(plan._subplans) == 2
+    # a stream binds the native handle to it
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
+    assert nlib._handles[77][1] == 0x5150
+    plan.release()
+    assert all(d in _FakeDesc.destroyed for d in packs())
+
+
+def types_stream(ptr):
+    import types
+    return types.SimpleNamespace(ptr=ptr)
+
+
+@pytest.mark.parametrize("case", ["misaligned", "prior_not_y"])
+def test_cached_path_declines_before_executing(fake_cudnn, case):
+    from _backend.engines.base import EngineDeclined
+    plan, executes, fallbacks = fake_cudnn
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    pack = _pack(0x1000 + 2, 0x2000, 0x3000) if case == "misaligned" else _pack(0x1000, 0x2000, 0x3000, prior=0x4000)
+    with pytest.raises(EngineDeclined, match="aligned" if case == "misaligned" else "prior output"):
+        plan.execute(pack, None)
+    assert len(executes) == 1 and len(fallbacks) == 1  # nothing ran; the next engine gets views
+    # a misaligned tuple is never cached: it declines again
+    with pytest.raises(EngineDeclined):
+        plan.execute(pack, None)
+    plan.release()
+
+
 # -- helpers: descriptors, buffers, the three sides ------------------------------------------------
 
 DT = {"float32": "CUDNN_DATA_FLOAT", "float16": "CUDNN_DATA_HALF", "bfloat16": "CUDNN_DATA_BFLOAT16",
@@ -730,3 +855,71 @@ def test_misaligned_pointer_through_the_api_falls_back_with_views(rng):
     yc = np.zeros(int(np.prod(yd)), np.float16)
     _run_direction(ch, "FWD", np, descs, (x.copy(), w.copy(), yc), 1.0, 0.0)
     _close(_f64(y, "float16"), _f64(yc, "float16"), "float16", "fallback after a misaligned pointer")
+
+
+_PERSIST_CHILD = '''
+import json, sys
+import numpy as np
+import cupy
+import cudnn_compat as cc
+from _backend.engines.cudnn_engine import autotune
+
+h = cc.cudnnCreate("gpu")
+xs, ws = (8, 64, 28, 28), (64, 64, 3, 3)
+
+
+def tdesc(dims):
+    d = cc.cudnnCreateTensorDescriptor()
+    cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NHWC, cc.CUDNN_DATA_HALF, *dims)
+    return d
+
+
+xd, yd = tdesc(xs), tdesc(xs)
+wd = cc.cudnnCreateFilterDescriptor()
+cc.cudnnSetFilter4dDescriptor(wd, cc.CUDNN_DATA_HALF, cc.CUDNN_TENSOR_NHWC, *ws)
+cd = cc.cudnnCreateConvolutionDescriptor()
+cc.cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, cc.CUDNN_DATA_FLOAT)
+rng = np.random.default_rng(5)
+x = cupy.asarray(rng.standard_normal(int(np.prod(xs))).astype(np.float16))
+w = cupy.asarray((rng.standard_normal(int(np.prod(ws))) * 0.1).astype(np.float16))
+y = cupy.zeros(int(np.prod(xs)), np.float16)
+algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+size = cc.cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, algo)
+ws_buf = cupy.empty(max(size, 1), np.uint8)
+cc.cudnnConvolutionForward(h, 1.0, xd, x, wd, w, cd, algo, ws_buf, size, 0.0, yd, y)
+cupy.cuda.runtime.deviceSynchronize()
+plan = cc._call.last_plan()
+print(json.dumps({"stats": autotune.STATS, "engine": plan.engine, "config": str(plan.config),
+                  "y": y.astype(np.float32).get()[:4096].tolist()}))
+'''
+
+
+@gpu
+def test_plan_cache_file_lets_a_new_process_skip_autotuning(tmp_path):
+    """CUDNN_COMPAT_PLAN_CACHE_FILE: the first process times candidate configs and records its
+    choices; a second process with the file runs no timing at all and uses the same configs."""
+    import json
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "plans.json"
+    env = dict(os.environ, PYTHONPATH=root, CUDNN_COMPAT_PLAN_CACHE_FILE=str(path), CUDNN_COMPAT_CUDNN_AUTOTUNE="4")
+    env.pop("CUDNN_COMPAT_ENGINE", None)
+
+    def child():
+        out = subprocess.run([sys.executable, "-c", _PERSIST_CHILD], env=env, capture_output=True, text=True,
+                             timeout=240, cwd=root)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = child()
+    assert first["engine"] == "cudnn"
+    assert first["stats"]["timing_runs"] >= 1 and first["stats"]["plans_timed"] >= 2, first["stats"]
+    entries = json.loads(path.read_text())["entries"]["cudnn"]
+    assert len(entries) == first["stats"]["timing_runs"]
+    assert any(e["config"] == first["config"] for e in entries.values())
+    second = child()
+    assert second["stats"]["timing_runs"] == 0 and second["stats"]["plans_timed"] == 0, second["stats"]
+    assert second["stats"]["from_file"] == first["stats"]["timing_runs"]
+    assert second["engine"] == "cudnn" and second["config"] == first["config"]
+    np.testing.assert_allclose(second["y"], first["y"], rtol=1e-3, atol=1e-3)

@@ -394,3 +394,26 @@ def test_gpu_fusion_matches_and_runs_fewer_kernels(rng, dtype, fmt):
         if k_plain is not None:
             assert k_fused < k_plain, (k_fused, k_plain)
     cc.cudnnDestroy(h)
+
+
+def test_tiny_plan_cache_evicting_plans_between_record_and_flush(monkeypatch, handle, rng):
+    """Plans evicted (and released) while their calls wait are rebuilt from the same graphs."""
+    from _backend.plan_cache import CACHE
+    monkeypatch.setattr(CACHE, "maxsize", 1)
+    b = Block(rng)
+    y1, y2 = b.empty(), b.empty()
+    with cc.fuse(handle) as scope:
+        b.basic_block(handle, y1, y2)
+        b.pool_block(handle, b.empty(), b.empty((2, 4, 3, 3)))
+    _r1, r2 = b.f_block()
+    np.testing.assert_allclose(b.get(y2), r2, rtol=1e-5, atol=1e-5)
+    assert scope.deferred == 11
+    cc.plan_cache_clear()
+
+
+@pytest.mark.skipif(__import__("cudnn_compat._place", fromlist=["gpu_reason"]).gpu_reason() is None,
+                    reason="checks the message of a machine without a GPU")
+def test_bench_command_fails_clearly_without_gpu(capsys):
+    from cudnn_compat import cli
+    assert cli.main(["bench"]) == 2
+    assert "need a CUDA GPU" in capsys.readouterr().err

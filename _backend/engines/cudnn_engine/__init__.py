@@ -135,7 +135,7 @@ class CudnnEngine(Engine):
             return cfgs
         k = _autotune.top_k(spec)
         key = _autotune.memo_key(spec, cfgs) if k > 1 else None
-        known = _autotune._MEMO.get(key) if key else None
+        known = _autotune.known(key, spec, cfgs, _device()) if key else None
         order = [known] + [c for c in cfgs if c != known] if known else cfgs
         want = 1 if (known or k <= 1) else k
         finalized, errors = [], []
@@ -162,9 +162,7 @@ class CudnnEngine(Engine):
                     for d in reversed(keep):
                         d.destroy()
             finalized = [finalized[best]]
-            if len(_autotune._MEMO) > 4096:
-                _autotune._MEMO.clear()
-            _autotune._MEMO[key] = finalized[0][0]
+            _autotune.remember(key, spec, cfgs, _device(), finalized[0][0], times[best])
         cfg, plan, wsz, keep = finalized[0]
         st.pending[cfg] = (ng, plan, wsz, keep)
         return [cfg] + [c for c in cfgs if c != cfg]

@@ -8,19 +8,25 @@ runtime-fusion graphs, whose plans compile at finalize; 0 or 1 turns timing off)
 runs each plan on scratch buffers of the graph's tensor sizes (zeros; by-value scalars
 1.0), once to warm up and ``REPS`` times between CUDA events.  Results are remembered per
 (backend graph, candidate configs), so the legacy algorithms that map to the same configs
-share one tuning.
+share one tuning; with ``CUDNN_COMPAT_PLAN_CACHE_FILE`` set they also persist to that file
+(``_backend.plan_cache.ConfigFile``: engine global index + knob choices per signature of
+device, libcudnn version, backend graph and candidates), so a new process skips the timing.
+``STATS`` counts timing runs (and choices taken from the file) for tests and benchmarks.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 
+from ...plan_cache import chosen_config, remember_config
 from . import lib as _lib
 
 REPS = 3
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4,
              "int64": 8, "bool": 1}
 _MEMO: dict = {}
+STATS = {"timing_runs": 0, "plans_timed": 0, "from_file": 0}
+_DEVICE_ID: dict = {}
 
 
 def top_k(spec) -> int:
@@ -33,6 +39,47 @@ def memo_key(spec, cfgs) -> tuple:
     return (repr(sorted(spec.tensors.items())), repr(spec.ops), spec.representative(), tuple(cfgs))
 
 
+def _device_id(device: int) -> tuple:
+    """(name, compute capability, libcudnn version): what a persisted choice is valid for."""
+    got = _DEVICE_ID.get(device)
+    if got is None:
+        import cupy
+        p = cupy.cuda.runtime.getDeviceProperties(device)
+        name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+        got = _DEVICE_ID[device] = (name, f"{p['major']}.{p['minor']}", _lib.info()["version"])
+    return got
+
+
+def signature(spec, cfgs, device: int) -> str:
+    """The persisted key of a tuning: stable across processes (no hash(), no frozenset order)."""
+    return repr(("cudnn-autotune", _device_id(device), repr(sorted(spec.tensors.items())), repr(spec.ops),
+                 spec.representative(), [str(c) for c in cfgs]))
+
+
+def known(key, spec, cfgs, device: int):
+    """The config chosen before for this tuning: this process's memo, else the plan-cache file."""
+    cfg = _MEMO.get(key)
+    if cfg is None:
+        cfg = chosen_config("cudnn", signature(spec, cfgs, device), cfgs)
+        if cfg is not None:
+            STATS["from_file"] += 1
+            _remember_here(key, cfg)
+    return cfg
+
+
+def remember(key, spec, cfgs, device: int, cfg, ms: float) -> None:
+    """Keep the tuned choice (memo, and the plan-cache file when configured)."""
+    _remember_here(key, cfg)
+    remember_config("cudnn", signature(spec, cfgs, device), cfg, note=spec.describe(),
+                    ms=ms if ms == ms and ms != float("inf") else None)
+
+
+def _remember_here(key, cfg) -> None:
+    if len(_MEMO) > 4096:
+        _MEMO.clear()
+    _MEMO[key] = cfg
+
+
 def extent_bytes(t) -> int:
     return (1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))) * _ITEMSIZE[t.dtype]
 
@@ -41,6 +88,8 @@ def time_plans(spec, plans: list, device: int) -> list:
     """Milliseconds per execute of each finalized plan ((plan descriptor, workspace) pairs)
     on scratch buffers; inf for a plan that fails to execute."""
     import cupy
+    STATS["timing_runs"] += 1
+    STATS["plans_timed"] += len(plans)
     with cupy.cuda.Device(device):
         handle = _lib.handle_for(device, 0)
         keep, uids, ptrs = [], [], []

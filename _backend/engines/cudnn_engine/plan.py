@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import ctypes
 from collections import OrderedDict
+from operator import itemgetter
 
 from ..base import EngineDeclined, ExecutionPlan
 from . import configs as _configs
 from . import lib as _lib
 from .graph import ALIGNMENT, NativeGraph
 
-PACK_CACHE = 16  # variant packs kept per plan
+_HANDLES = _lib._handles  # device -> [native handle, stream bound]: read inline on the cached path
+
+PACK_CACHE = 16  # variant packs kept per plan (LRU)
 SUBPLANS = 8  # native plans (one per tuple of baked scalar values) kept per plan
 
 
@@ -52,6 +55,34 @@ def _views_for_fallback(graph, data: dict) -> None:
                                      strides=tuple(s * storage.itemsize for s in t.strides))
 
 
+def _getter(uids: list):
+    """data dict -> tuple of its values for ``uids`` (itemgetter, always a tuple)."""
+    if not uids:
+        return lambda data: ()
+    get = itemgetter(*uids)
+    if len(uids) == 1:
+        return lambda data: (get(data),)
+    return get
+
+
+def _baked_key(baked: list):
+    """data dict -> the tuple of baked scalar values that selects the native (sub)plan, or None
+    when every baked value is fixed.  Values are hashed as given: 1 == 1.0 == np.float32(1)."""
+    if all(uid is None for uid, _ in baked):
+        return None
+    if len(baked) == 2:
+        (u0, d0), (u1, d1) = baked
+        if u1 is None:
+            return lambda data: (data[u0], d1)
+        if u0 is None:
+            return lambda data: (d0, data[u1])
+        return lambda data: (data[u0], data[u1])
+    if len(baked) == 1:
+        u0 = baked[0][0]
+        return lambda data: (data[u0],)
+    return lambda data: tuple(d if u is None else data[u] for u, d in baked)
+
+
 class CudnnPlan(ExecutionPlan):
     def __init__(self, graph, config, spec, device: int, native_graph: NativeGraph, plan_desc, workspace: int,
                  keep: list, values: tuple):
@@ -64,7 +95,7 @@ class CudnnPlan(ExecutionPlan):
         self._base_key = values
         self._plan_ptr = plan_desc.ptr
         self._baked = [(uid, default) for uid, default in spec.baked]
-        self._fixed = all(uid is None for uid, _ in self._baked)
+        self._key_of = _baked_key(self._baked)
         nscalar = sum(1 for b in spec.bind if b[2])
         self._scalars = (ctypes.c_float * max(nscalar, 1))()
         base = ctypes.addressof(self._scalars)
@@ -76,8 +107,13 @@ class CudnnPlan(ExecutionPlan):
             else:
                 self._binding.append((src, None, 0))
         self._uids = [b[0] for b in spec.bind]
+        # per call: the buffers of the data tensors (bind order) and the by-value scalars' slots
+        self._data_srcs = [src for src, slot, _ in self._binding if slot is None]
+        self._get_bufs = _getter(self._data_srcs)
+        self._scalar_slots = tuple((src, slot) for src, slot, _ in self._binding if slot is not None)
         self._same = list(spec.same_memory)
-        self._packs: OrderedDict = OrderedDict()
+        self._packs: OrderedDict = OrderedDict()  # (data pointers, workspace) -> VARIANT_PACK pointer
+        self._pack_descs: dict = {}  # VARIANT_PACK pointer -> its Descriptor (destroyed on eviction)
         self._ws: dict = {}
         self._sub_owned: dict = {}  # key -> (NativeGraph, descriptors) of plans added per call
         self.sub_configs: dict = {}  # key -> config, where the plan's own config rejected the values
@@ -87,58 +123,69 @@ class CudnnPlan(ExecutionPlan):
 
     # -- per call -------------------------------------------------------------------------
     def execute(self, pack, stream=None) -> None:
+        """The cached path: the baked scalars pick the native plan, the data pointers (with the
+        workspace) pick a cached VARIANT_PACK (LRU of ``PACK_CACHE``; alignment is checked when a
+        pointer tuple is first seen), then one cudnnBackendExecute.  No allocation but the key
+        tuples, no logging."""
+        data = pack.data
         try:
-            self._execute_pack(pack, stream)
+            sptr = 0 if stream is None else int(getattr(stream, "ptr", stream) or 0)
+            h = _HANDLES.get(self.device)
+            handle = h[0] if h is not None and h[1] == sptr else _lib.handle_for(self.device, sptr)
+            if self._scalar_slots:
+                scalars = self._scalars
+                for src, slot in self._scalar_slots:
+                    scalars[slot] = float(data[src])
+            for a, b in self._same:
+                pa, pb = data[a], data[b]
+                if pa is not pb and _ptr(pa) != _ptr(pb):
+                    raise EngineDeclined("cudnn", f"the blend's prior output (uid {a}) is not the output buffer (uid {b})")
+            if self._key_of is None:
+                plan_ptr, need = self._plan_ptr, self.workspace_size
+            else:
+                key = self._key_of(data)
+                try:
+                    sub = self._subplans.get(key)
+                except TypeError:  # an unhashable scalar (a 0-d array): its float value
+                    key = tuple(float(v) for v in key)
+                    sub = self._subplans.get(key)
+                plan_ptr, need = sub if sub is not None else self._add_subplan(key)
+            ws = self._workspace(pack, stream, sptr, need) if need else 0
+            pkey = (tuple([b if type(b) is int else _ptr(b) for b in self._get_bufs(data)]), ws)
+            vp = self._packs.get(pkey)
+            if vp is None:
+                vp = self._make_pack(pkey)
+            else:
+                self._packs.move_to_end(pkey)
+            st = self._execute(handle, plan_ptr, vp)
+            if st:
+                raise EngineDeclined("cudnn", f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)}: "
+                                              f"{_lib.last_error()}")
         except EngineDeclined:
-            _views_for_fallback(self.graph, pack.data)  # the next engine gets CuPy arrays
+            _views_for_fallback(self.graph, data)  # the next engine gets CuPy arrays
             raise
 
-    def _execute_pack(self, pack, stream) -> None:
-        sptr = 0 if stream is None else int(getattr(stream, "ptr", stream) or 0)
-        handle = _lib.handle_for(self.device, sptr)
-        data = pack.data
-        scalars = self._scalars
-        ptrs = []
-        for src, slot, addr in self._binding:
-            if slot is None:
-                p = _ptr(data[src])
-                if p % ALIGNMENT:
-                    raise EngineDeclined("cudnn", f"buffer of tensor {src} at {p:#x} is not {ALIGNMENT}-byte aligned")
-                ptrs.append(p)
-            else:
-                scalars[slot] = float(data[src])
-                ptrs.append(addr)
-        for a, b in self._same:
-            if _ptr(data[a]) != _ptr(data[b]):
-                raise EngineDeclined("cudnn", f"the blend's prior output (uid {a}) is not the output buffer (uid {b})")
-        if self._fixed:
-            plan_ptr, need = self._plan_ptr, self.workspace_size
-        else:
-            key = tuple(d if u is None else float(data[u]) for u, d in self._baked)
-            plan_ptr, need = self._subplans.get(key) or self._add_subplan(key)
-        ws = self._workspace(pack, stream, sptr, need) if need else 0
-        pkey = (tuple(ptrs), ws)
-        vp = self._packs.get(pkey)
-        vp = self._make_pack(pkey) if vp is None else vp.ptr
-        st = self._execute(handle, plan_ptr, vp)
-        if st:
-            raise EngineDeclined("cudnn", f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)}: "
-                                          f"{_lib.last_error()}")
-
-    def _make_pack(self, pkey):
+    def _make_pack(self, pkey) -> int:
+        """A finalized VARIANT_PACK for (data pointers, workspace), cached; checks alignment."""
         ptrs, ws = pkey
+        for src, p in zip(self._data_srcs, ptrs):
+            if p % ALIGNMENT:
+                raise EngineDeclined("cudnn", f"buffer of tensor {src} at {p:#x} is not {ALIGNMENT}-byte aligned")
+        it = iter(ptrs)
+        all_ptrs = [next(it) if slot is None else addr for _src, slot, addr in self._binding]
         vp = _lib.Descriptor("VARIANT_PACK")
         try:
             vp.set("VARIANT_PACK_UNIQUE_IDS", "INT64", self._uids)
-            vp.set("VARIANT_PACK_DATA_POINTERS", "VOID_PTR", list(ptrs))
+            vp.set("VARIANT_PACK_DATA_POINTERS", "VOID_PTR", all_ptrs)
             vp.set("VARIANT_PACK_WORKSPACE", "VOID_PTR", ws or None)
             vp.finalize()
         except _lib.CudnnStatusError as e:
             vp.destroy()
             raise EngineDeclined("cudnn", str(e))
-        self._packs[pkey] = vp
+        self._packs[pkey] = vp.ptr
+        self._pack_descs[vp.ptr] = vp
         while len(self._packs) > PACK_CACHE:
-            self._packs.popitem(last=False)[1].destroy()
+            self._pack_descs.pop(self._packs.popitem(last=False)[1]).destroy()
         return vp.ptr
 
     def _workspace(self, pack, stream, sptr: int, need: int) -> int:
@@ -196,8 +243,9 @@ class CudnnPlan(ExecutionPlan):
 
     # -- lifetime -------------------------------------------------------------------------
     def release(self) -> None:
-        for vp in self._packs.values():
+        for vp in self._pack_descs.values():
             vp.destroy()
+        self._pack_descs.clear()
         self._packs.clear()
         for ng, keep in self._sub_owned.values():
             for d in reversed(keep):
