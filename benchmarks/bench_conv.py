@@ -329,7 +329,22 @@ def bench_host(args, out):
 
     x = torch.randn(pb.xd, device="cuda")
     w = torch.randn(pb.wd, device="cuda")
+
+    def bias_act():
+        """The cached tiny conv+bias+ReLU through cudnnConvolutionBiasActivationForward (one fused plan)."""
+        k = pb.wd[0]
+        bd, ad = cc.cudnnCreateTensorDescriptor(), cc.cudnnCreateActivationDescriptor()
+        cc.cudnnSetTensorNdDescriptor(bd, cc.CUDNN_DATA_FLOAT, 4, [1, k, 1, 1], [k, 1, 1, 1])
+        cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+        algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+        ws = cc.cudnnGetConvolutionForwardWorkspaceSize(h, ours.xd, ours.wd, ours.cd, ours.yd, algo)
+        buf, bias = cupy.empty(max(ws, 1), cupy.uint8), cupy.zeros(k, cupy.float32)
+        return lambda: cc.cudnnConvolutionBiasActivationForward(h, 1.0, ours.xd, pb.x, ours.wd, pb.w, ours.cd, algo,
+                                                                buf, max(ws, 1), 0.0, ours.yd, pb.y, bd, bias, ad,
+                                                                ours.yd, pb.y)
+
     makers = {"ours_us": lambda: ours.call("fwd"), "ours_plan_us": lambda: plan_only(last_plan(), pb, "fwd"),
+              "ours_bias_act_us": bias_act,
               "legacy_us": lambda: leg.call("fwd", algo=1)[0],
               "torch_us": lambda: (lambda: F.conv2d(x, w, None, 1, 1))}
     for key, make in makers.items():

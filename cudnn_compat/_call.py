@@ -15,7 +15,7 @@ import numpy as np
 
 from _backend import planner
 from _backend.ir import Operation, scalar as scalar_tensor, virtual
-from ._data import bind, cupy_ndarray, device_pointer, host_view, layout
+from ._data import _CUPY_NDARRAY, bind, cupy_ndarray, device_pointer, host_view, layout
 
 ALPHA, BETA = 9001, 9002  # uids of the output-blend scalars
 Y_PRIOR_OFFSET = 5000  # uid of "y before the call" = uid(y) + this
@@ -128,7 +128,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         # plans that take raw device pointers (the cudnn engine) skip building CuPy views; a
         # contiguous CuPy array big enough for the tensor is its pointer (device_pointer's fast path)
         raw = getattr(plan, "raw_pointers", False)
-        nd = cupy_ndarray()
+        nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else cupy_ndarray()
         for uid, t, by_value, written, need in _program(plan):
             if by_value:
                 data[uid] = scalars[uid]

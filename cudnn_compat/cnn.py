@@ -32,7 +32,7 @@ from ._registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import STATUS, bad_param, check, not_supported
 from .handle import get_handle
-from .tensor import DTYPE_NAME, VECTOR_WIDTH, FilterDescriptor, TensorDescriptor
+from .tensor import DTYPE_NAME, VECTOR_WIDTH, FilterDescriptor, TensorDescriptor, tensor_desc
 
 DIM_MAX = CONSTANTS["CUDNN_DIM_MAX"]
 D = ENUMS["cudnnDataType_t"]
@@ -236,7 +236,7 @@ def _output_dims(cd, xd, wd, names=("inputTensorDesc", "filterDesc")) -> tuple:
 def getConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc) -> tuple:
     """(n, c, h, w) of the forward output (002 §5.2.18)."""
     cd = conv_desc(convDesc)
-    xd = resolve(inputTensorDesc, TensorDescriptor, "inputTensorDesc")
+    xd = tensor_desc(inputTensorDesc, "inputTensorDesc")
     wd = resolve(filterDesc, FilterDescriptor, "filterDesc")
     check(xd.nbDims == 4, "inputTensorDesc", f"must be 4-d for a 2-d convolution, got {xd.nbDims} dims")
     return _output_dims(cd, xd, wd)
@@ -246,7 +246,7 @@ def getConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc) -> t
 def getConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims: int) -> list:
     """The first ``nbDims`` dims (N, K, *O) of the forward output (002 §5.2.28)."""
     cd = conv_desc(convDesc)
-    xd = resolve(inputTensorDesc, TensorDescriptor, "inputTensorDesc")
+    xd = tensor_desc(inputTensorDesc, "inputTensorDesc")
     wd = resolve(filterDesc, FilterDescriptor, "filterDesc")
     check(isinstance(nbDims, int) and 0 <= nbDims <= xd.nbDims, "nbDims",
           f"must be in [0, {xd.nbDims}] (the input's dims), got {nbDims!r}")
@@ -373,9 +373,9 @@ def _config(dr: Direction, xd, wd, yd, cd) -> str:
 def _conv_call(dr: Direction, first, second, out, convDesc) -> ConvCall:
     """Resolve and validate a call's descriptors (002 §5.2.10/§5.2.8/§6.2.2 'Returns')."""
     args = _xwy(dr, first, second, out)
-    xd = resolve(args[0], TensorDescriptor, dr.descs[0])
+    xd = tensor_desc(args[0], dr.descs[0])
     wd = resolve(args[1], FilterDescriptor, dr.descs[1])
-    yd = resolve(args[2], TensorDescriptor, dr.descs[2])
+    yd = tensor_desc(args[2], dr.descs[2])
     cd = conv_desc(convDesc)
     xn, wn, yn = dr.descs
     check(yd.nbDims == xd.nbDims, yn, f"has {yd.nbDims} dims but {xn} has {xd.nbDims}")
@@ -423,9 +423,9 @@ def _compute(dr: Direction, handle, alpha, descs: tuple, datas: tuple, convDesc,
     call resolves, keys, binds and executes."""
     h = get_handle(handle)
     names = dr.descs
-    xd = resolve(descs[0], TensorDescriptor, names[0])
+    xd = tensor_desc(descs[0], names[0])
     wd = resolve(descs[1], FilterDescriptor, names[1])
-    yd = resolve(descs[2], TensorDescriptor, names[2])
+    yd = tensor_desc(descs[2], names[2])
     cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
     double = yd.dataType == D_DOUBLE
     a, b = scalar(alpha, "alpha", double), scalar(beta, "beta", double)
@@ -713,8 +713,8 @@ def getConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, d
 def convolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db) -> None:
     """db[k] = alpha * sum over n and spatial of dy[n, k, ...] + beta*db[k]; db is 1xKx1x1[x1]."""
     h = get_handle(handle)
-    dyd = resolve(dyDesc, TensorDescriptor, "dyDesc")
-    dbd = resolve(dbDesc, TensorDescriptor, "dbDesc")
+    dyd = tensor_desc(dyDesc, "dyDesc")
+    dbd = tensor_desc(dbDesc, "dbDesc")
     check(dbd.dataType == dyd.dataType, "dbDesc", "data type must equal dyDesc's")
     check(dyd.nbDims >= 3, "dyDesc", f"needs at least 3 dims, got {dyd.nbDims}")
     want = (1, dyd.dims[1]) + (1,) * (dyd.nbDims - 2)
@@ -815,12 +815,12 @@ def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDes
     and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
     and keys on their settings; 002's rules are checked by the builder on a plan-cache miss."""
     h = get_handle(handle)
-    xd = resolve(xDesc, TensorDescriptor, "xDesc")
+    xd = tensor_desc(xDesc, "xDesc")
     wd = resolve(wDesc, FilterDescriptor, "wDesc")
-    yd = resolve(yDesc, TensorDescriptor, "yDesc")
-    zd = resolve(zDesc, TensorDescriptor, "zDesc")
+    yd = tensor_desc(yDesc, "yDesc")
+    zd = tensor_desc(zDesc, "zDesc")
     cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
-    bd = resolve(biasDesc, TensorDescriptor, "biasDesc")
+    bd = tensor_desc(biasDesc, "biasDesc")
     ad = resolve(activationDesc, _ACTIVATION_CLASS[0] if _ACTIVATION_CLASS else _activation_class(), "activationDesc")
     double = yd.dataType == D_DOUBLE
     a1, a2 = scalar(alpha1, "alpha1", double), scalar(alpha2, "alpha2", double)

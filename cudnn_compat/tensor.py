@@ -248,7 +248,7 @@ def destroyFilterDescriptor(filterDesc) -> None:
 @legacy("cudnnSetFilter4dDescriptor")
 def setFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w) -> None:
     """NCHW format means KCRS memory order, NHWC means KRSC (002 §3.2.80)."""
-    setFilterNdDescriptor(filterDesc, dataType, format, 4, (k, c, h, w))
+    setFilterNdDescriptor.__wrapped__(filterDesc, dataType, format, 4, (k, c, h, w))  # errors name this function
 
 
 @legacy("cudnnSetFilterNdDescriptor")

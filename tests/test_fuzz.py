@@ -490,6 +490,7 @@ def make_tensor(scope, spec, filter_=False):
     except CuDNNError as e:
         assert viol, f"setter refused a valid spec {spec}: {e}"
         assert e.status in viol, f"setter gave {e.status_name} for {spec}; 002 says {viol}: {e}"
+        assert e.function.startswith("cudnnSet" + ("Filter" if filter_ else "Tensor")), f"error names {e.function}"
         with pytest.raises(CuDNNError) as e2:  # a refused set leaves the descriptor unset
             (cc.cudnnGetFilterNdDescriptor if filter_ else cc.cudnnGetTensorNdDescriptor)(d)
         assert e2.value.status == BAD
