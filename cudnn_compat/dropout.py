@@ -145,9 +145,10 @@ def setDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes,
     p = _check_probability(dropout)
     states = _check_states_size(states, stateSizeInBytes)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
-    if states is not None:
+    d.dropout = p
+    if states is not None:  # 002 §3.2.80: NULL states leave the generator (and its states) as they were
         write_states(h, states, seed)
-    d.dropout, d.states, d.stateSizeInBytes, d.seed = p, states, int(stateSizeInBytes), seed
+        d.states, d.stateSizeInBytes, d.seed = states, int(stateSizeInBytes), seed
     d.touched()
 
 

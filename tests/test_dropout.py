@@ -235,3 +235,15 @@ def test_errors_write_nothing(handle, drop):
     expect(cc.CUDNN_STATUS_INVALID_VALUE, lambda: cc.cudnnRestoreDropoutDescriptor(d3, handle, 0.5, st, 8, 1))
     expect(bad, lambda: cc.cudnnSetDropoutDescriptor(d3, handle, 1.5, st, st.size, 1))
     expect(bad, lambda: cc.cudnnSetDropoutDescriptor(d3, handle, float("nan"), st, st.size, 1))
+
+
+def test_null_states_change_only_the_probability(handle, drop):
+    """002 §3.2.80: with states NULL only the dropout value is set; the seeded states stay attached."""
+    xd = tdesc((1, 1, 1, 64))
+    d, st = drop(0.5, seed=7)
+    cc.cudnnSetDropoutDescriptor(d, handle, 0.25, None, 0, 0)
+    p, states, seed = cc.cudnnGetDropoutDescriptor(d, handle)
+    assert p == np.float32(0.25) and states is st and seed == 7
+    rs = np.zeros(cc.cudnnDropoutGetReserveSpaceSize(xd), np.uint8)
+    cc.cudnnDropoutForward(handle, d, xd, np.ones(64, np.float32), xd, np.zeros(64, np.float32), rs, rs.size)
+    np.testing.assert_array_equal(rs[:64], expected_mask(7, 0, 64, 0.25))
