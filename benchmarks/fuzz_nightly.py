@@ -2,7 +2,7 @@
 process, with the outcome counts per legacy function and the total.
 
     python benchmarks/fuzz_nightly.py [--examples 100000] [--jobs 2] [--batch 10] [--only conv,pooling]
-                                      [--json out.json]
+                                      [--place cpu|gpu] [--json out.json]
 
 ``--examples`` is the total over all properties (split by the weights in tests/test_fuzz.py, the
 same split CUDNN_COMPAT_FUZZ_EXAMPLES gives under pytest); the examples are random (not the
@@ -24,11 +24,11 @@ import traceback
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run_property(name: str, examples: int, batch: int) -> dict:
+def run_property(name: str, examples: int, batch: int, place: str) -> dict:
     """Run one property in this (worker) process; returns its counts, time and failure text."""
     os.environ["CUDNN_COMPAT_FUZZ_EXAMPLES"] = str(examples)
     os.environ["CUDNN_COMPAT_FUZZ_BATCH"] = str(batch)
-    os.environ.setdefault("CUDNN_COMPAT_DEVICE", "cpu")
+    os.environ["CUDNN_COMPAT_FUZZ_PLACE"] = place
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     import test_fuzz  # noqa: E402  (reads the size at import)
     t0 = time.perf_counter()
@@ -56,18 +56,21 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--batch", type=int, default=10, help="cases per hypothesis example (see tests/test_fuzz.py cases)")
     ap.add_argument("--only", default="", help="comma-separated substrings of property names")
+    ap.add_argument("--place", default="cpu", choices=("cpu", "gpu"),
+                    help="the handle the calls go through (gpu: the GPU engines, against the same oracles)")
     ap.add_argument("--json", default="", help="write the results here too")
     args = ap.parse_args(argv)
 
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     import test_fuzz  # noqa: E402
-    names = sorted(n for n in dir(test_fuzz) if n.startswith("test_fuzz_"))
+    names = sorted(n for n in dir(test_fuzz) if n.startswith("test_fuzz_") and n != "test_fuzz_on_the_gpu")
     if args.only:
         names = [n for n in names if any(s in n for s in args.only.split(","))]
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")  # fresh interpreters: each reads the size at import
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=ctx) as pool:
-        results = list(pool.map(run_property, names, [args.examples] * len(names), [args.batch] * len(names)))
+        results = list(pool.map(run_property, names, [args.examples] * len(names), [args.batch] * len(names),
+                                [args.place] * len(names)))
     wall = time.perf_counter() - t0
 
     statuses = sorted({k for r in results for k in r["counts"] if k.startswith("CUDNN_STATUS_") or k == "ok"})
@@ -80,12 +83,13 @@ def main(argv=None) -> int:
         flag = "  FAILED" if r["failure"] else ""
         print(f"{r['property']:40s} {n:9d} {r['seconds']:7.1f}  {cells}{flag}")
     failed = [r for r in results if r["failure"]]
-    print(f"\ntotal examples: {total} in {wall:.0f} s wall ({args.jobs} jobs); properties failed: {len(failed)}")
+    print(f"\ntotal examples: {total} in {wall:.0f} s wall ({args.jobs} jobs, {args.place} place); "
+          f"properties failed: {len(failed)}")
     for r in failed:
         print(f"\n=== {r['property']} ===\n{r['failure']}")
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"total": total, "wall_seconds": round(wall, 1),
-                                                       "jobs": args.jobs, "results": results}, indent=1))
+        pathlib.Path(args.json).write_text(json.dumps({"total": total, "wall_seconds": round(wall, 1), "jobs": args.jobs,
+                                                       "place": args.place, "results": results}, indent=1))
     return 1 if failed else 0
 
 

@@ -9,9 +9,9 @@ plan-cache lookup, binding, variant pack) and, on the GPU, the engine's execute.
   --place gpu   the native ``cudnn`` engine on a GPU handle with CuPy buffers (what
                 benchmarks/bench_conv.py's host section measures for the forward call)
 
-Cases: cudnnConvolutionForward (1x8x8x8 fp32, 3x3 pad 1, alpha 1, beta 0) and
-cudnnConvolutionBiasActivationForward (same conv, bias, ReLU, alpha2 0), plus ``plan``:
-the cached plan's execute alone with a prebuilt pack (the engine's share).
+Cases: cudnnConvolutionForward (1x8x8x8 fp32 NCHW, 3x3 pad 1, alpha 1, beta 0) and
+cudnnConvolutionBiasActivationForward (the same conv in fp16 NHWC, bias, ReLU, alpha2 0),
+plus ``plan``: the cached forward plan's execute alone with a prebuilt pack (the engine's share).
 
     PYTHONPATH=. python benchmarks/host_overhead.py [--place cpu|gpu] [--calls 20000]
         [--profile] [--root DIR] [--json PATH]
@@ -66,30 +66,40 @@ def make_calls(place: str):
         import cupy as xp
     h = cc.cudnnCreate(place)
 
-    def td(shape):
+    def td(shape, fmt, dt):
         d = cc.cudnnCreateTensorDescriptor()
-        cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT, *shape)
+        cc.cudnnSetTensor4dDescriptor(d, fmt, dt, *shape)
         return d
 
-    xd, yd, bd = td((1, 8, 8, 8)), td((1, 8, 8, 8)), td((1, 8, 1, 1))
-    wd = cc.cudnnCreateFilterDescriptor()
-    cc.cudnnSetFilter4dDescriptor(wd, cc.CUDNN_DATA_FLOAT, cc.CUDNN_TENSOR_NCHW, 8, 8, 3, 3)
-    cd = cc.cudnnCreateConvolutionDescriptor()
-    cc.cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, cc.CUDNN_DATA_FLOAT)
+    def problem(fmt, dt, npdt):
+        xd, yd, bd = td((1, 8, 8, 8), fmt, dt), td((1, 8, 8, 8), fmt, dt), td((1, 8, 1, 1), cc.CUDNN_TENSOR_NCHW, dt)
+        wd = cc.cudnnCreateFilterDescriptor()
+        cc.cudnnSetFilter4dDescriptor(wd, dt, fmt, 8, 8, 3, 3)
+        cd = cc.cudnnCreateConvolutionDescriptor()
+        cc.cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, cc.CUDNN_DATA_FLOAT)
+        algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+        ws_size = cc.cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, algo)
+        ws = xp.empty(max(ws_size, 1), np.uint8) if ws_size else None
+        bufs = (xp.ones(512, npdt), xp.ones(576, npdt), xp.zeros(512, npdt), xp.ones(8, npdt))
+        return (xd, wd, yd, bd, cd, algo, ws, ws_size), bufs
+
     ad = cc.cudnnCreateActivationDescriptor()
     cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
-    x, w, y = xp.ones(512, np.float32), xp.ones(576, np.float32), xp.zeros(512, np.float32)
-    bias, z = xp.ones(8, np.float32), xp.zeros(512, np.float32)
-    algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
-    ws_size = cc.cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, algo)
-    ws = xp.empty(max(ws_size, 1), np.uint8) if ws_size else None
-
+    # the forward: fp32 NCHW (as benchmarks/bench_conv.py's host section); the fused call: fp16 NHWC,
+    # the layout cuDNN 9 fuses epilogues in (fp32 NCHW would run on the next engine)
+    (xd, wd, yd, _bd, cd, algo, ws, ws_size), (x, w, y, _b) = problem(cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT,
+                                                                       np.float32)
+    (xh, wh, yh, bh, ch, algo_h, wsh, wsh_size), (x16, w16, y16, b16) = problem(cc.CUDNN_TENSOR_NHWC,
+                                                                               cc.CUDNN_DATA_HALF, np.float16)
     calls = {
         "conv_fwd": lambda: cc.cudnnConvolutionForward(h, 1.0, xd, x, wd, w, cd, algo, ws, ws_size, 0.0, yd, y),
         "conv_bias_act": lambda: cc.cudnnConvolutionBiasActivationForward(
-            h, 1.0, xd, x, wd, w, cd, algo, ws, ws_size, 0.0, yd, z, bd, bias, ad, yd, y),
+            h, 1.0, xh, x16, wh, w16, ch, algo_h, wsh, wsh_size, 0.0, yh, y16, bh, b16, ad, yh, y16),
     }
+    calls["conv_bias_act"]()
+    calls["conv_bias_act"].engine = cc._call.last_plan().engine
     calls["conv_fwd"]()
+    calls["conv_fwd"].engine = cc._call.last_plan().engine
     calls["conv_fwd_plan"] = _plan_only(cc, x, w, y, ws, ws_size)
     return calls
 
@@ -173,8 +183,9 @@ def main(argv=None):
             out["cases"][case] = {"error": f"{type(e).__name__}: {e}"[:300]}
             print(f"{args.label:8s} {args.place} {case:15s} error: {e}", flush=True)
             continue
+        r["engine"] = getattr(fn, "engine", "")
         out["cases"][case] = r
-        print(f"{args.label:8s} {args.place} {case:15s} mean {r['mean_us']:6.1f}  median {r['median_us']:6.1f}  "
+        print(f"{args.label:8s} {args.place} {case:15s} [{r['engine']:9s}] mean {r['mean_us']:6.1f}  median {r['median_us']:6.1f}  "
               f"thread-cpu {r['thread_cpu_us']:6.1f} us",
               flush=True)
         if args.profile and not case.endswith("_plan"):

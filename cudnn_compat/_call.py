@@ -162,9 +162,9 @@ def stage_to_device(host: np.ndarray, argname: str):
     """A NumPy argument on a GPU handle: its bytes go to a device copy (architecture.md
     "Data arguments"); outputs are copied back after the call."""
     import cupy
-    if not (host.flags.c_contiguous or host.flags.f_contiguous):
-        from .errors import bad_param
-        raise bad_param(argname, "must be a contiguous buffer (legacy calls take a pointer, not a strided array)")
+    if not (host.flags.c_contiguous or host.flags.f_contiguous) or host.dtype.hasobject:
+        from .errors import bad_param  # rule: raw, contiguous memory only
+        raise bad_param(argname, "must be a contiguous buffer of raw memory (legacy calls take a pointer)")
     return cupy.asarray(host.reshape(-1, order="A").view(np.uint8))
 
 

@@ -76,8 +76,8 @@ def _device_view(data, tensor, argname: str):
             raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {need}")
         ptr, owner = data.data.ptr, data
     elif isinstance(data, int) and not isinstance(data, bool):
-        if data == 0:
-            raise bad_param(argname, "is NULL")
+        if data < POINTER_MIN:  # rule: NULL, or no device address (a tiny or negative int faults the GPU)
+            raise bad_param(argname, "is NULL" if data == 0 else f"{data} is not a device pointer")
         ptr, owner = data, None
     elif hasattr(data, "__cuda_array_interface__"):
         iface = data.__cuda_array_interface__
@@ -111,8 +111,8 @@ def device_pointer(data, tensor, argname: str) -> int:
     array: for GPU plans that take raw pointers (``plan.raw_pointers``, the cudnn engine).
     A contiguous CuPy array costs a type test, two flag reads and a size compare."""
     if type(data) is int:
-        if data == 0:
-            raise bad_param(argname, "is NULL")
+        if data < POINTER_MIN:  # rule: NULL, or no device address
+            raise bad_param(argname, "is NULL" if data == 0 else f"{data} is not a device pointer")
         return data
     nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else cupy_ndarray()
     if type(data) is nd:
@@ -123,8 +123,8 @@ def device_pointer(data, tensor, argname: str) -> int:
             raise bad_param(argname, "must be a contiguous buffer")
         raise bad_param(argname, f"buffer holds {data.nbytes} bytes but the descriptor spans {spec[1]}")
     if isinstance(data, int) and not isinstance(data, bool):
-        if data == 0:
-            raise bad_param(argname, "is NULL")
+        if data < POINTER_MIN:  # rule: NULL, or no device address
+            raise bad_param(argname, "is NULL" if data == 0 else f"{data} is not a device pointer")
         return int(data)
     if data is None:
         raise bad_param(argname, "is NULL")

@@ -320,16 +320,62 @@ class _FakeDesc:
         _FakeDesc.destroyed.append(self)
 
 
+class _FakeRuntime:
+    """Stands in for cupy.cuda.runtime's stream-capture and graph calls."""
+
+    def __init__(self):
+        self.capturing = None  # the stream being captured
+        self.captured, self.launches, self.destroyed_execs = [], [], []
+        self.fail_capture = False
+        self.user_capturing = set()
+        self._next = 0x9000
+
+    def streamBeginCapture(self, stream, mode=None):
+        assert self.capturing is None
+        self.capturing = stream
+
+    def streamEndCapture(self, stream):
+        assert self.capturing == stream
+        self.capturing = None
+        if self.fail_capture:
+            raise RuntimeError("cudaErrorStreamCaptureInvalidated")
+        self._next += 1
+        return self._next
+
+    def streamIsCapturing(self, stream):
+        return stream in self.user_capturing
+
+    def graphInstantiate(self, graph):
+        return graph + 0x100000
+
+    def graphDestroy(self, graph):
+        pass
+
+    def graphLaunch(self, exe, stream):
+        self.launches.append((exe, stream))
+
+    def graphExecDestroy(self, exe):
+        self.destroyed_execs.append(exe)
+
+
 @pytest.fixture
 def fake_cudnn(monkeypatch):
-    """A CudnnPlan over the conv_blend spec of conv_graph(beta_zero=False), on a fake libcudnn:
-    returns (plan, executes [(handle, plan ptr, variant pack ptr)], fallbacks)."""
+    """A CudnnPlan over the conv_blend spec of conv_graph(beta_zero=False), on a fake libcudnn and
+    CUDA runtime: returns (plan, executes [(handle, plan ptr, variant pack ptr)], fallbacks); an
+    execute during a capture goes to ``plan.rt.captured`` instead."""
     import types
     from _backend.engines.cudnn_engine import plan as plan_mod
     executes, fallbacks = [], []
     _FakeDesc.made, _FakeDesc.destroyed = [], []
-    monkeypatch.setattr(nlib, "load", lambda: types.SimpleNamespace(
-        cudnnBackendExecute=lambda h, p, vp: executes.append((h, p, vp)) or 0))
+    rt = _FakeRuntime()
+    monkeypatch.setattr(plan_mod, "_runtime", lambda: rt)
+    monkeypatch.setattr(plan_mod, "_capture_stream", lambda device: 0xCA97)
+
+    def execute(h, p, vp):
+        (rt.captured if rt.capturing else executes).append((h, p, vp))
+        return 0
+
+    monkeypatch.setattr(nlib, "load", lambda: types.SimpleNamespace(cudnnBackendExecute=execute))
     monkeypatch.setattr(nlib, "Descriptor", _FakeDesc)
     monkeypatch.setitem(nlib._handles, 77, [0xAB, 0])
 
@@ -361,7 +407,7 @@ def fake_cudnn(monkeypatch):
     base = _FakeDesc("EXECUTION_PLAN")
     plan = plan_mod.CudnnPlan(g, EngineConfig("cudnn", (), frozenset({"DETERMINISTIC"}), 5), spec, 77,
                               FakeNative(spec, 0), base, 0, [base], spec.representative())
-    plan.base_ptr = base.ptr
+    plan.base_ptr, plan.rt, plan.spec_graph = base.ptr, rt, g
     return plan, executes, fallbacks
 
 
@@ -373,6 +419,7 @@ def _pack(x, w, y, alpha=1.0, beta=1.0, prior=None):
 def test_cached_path_reuses_packs_lru_and_picks_subplans_by_scalars(fake_cudnn):
     from _backend.engines.cudnn_engine import plan as plan_mod
     plan, executes, _ = fake_cudnn
+    plan._cuda_graphs = None  # CUDA graph replay off: every call executes (see the next test)
     packs = lambda: [d for d in _FakeDesc.made if d.kind == "VARIANT_PACK"]  # noqa: E731
     plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
     plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # same pointers: the same pack, not a new one
@@ -399,6 +446,74 @@ def test_cached_path_reuses_packs_lru_and_picks_subplans_by_scalars(fake_cudnn):
     assert nlib._handles[77][1] == 0x5150
     plan.release()
     assert all(d in _FakeDesc.destroyed for d in packs())
+
+
+def test_cuda_graph_replay_captures_the_second_identical_call(fake_cudnn):
+    plan, executes, _ = fake_cudnn
+    rt = plan.rt
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    assert len(executes) == 1 and not rt.captured and not rt.launches  # first: a plain execute
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # second: captured (runs nothing), then launched
+    assert len(executes) == 1 and len(rt.captured) == 1 and len(rt.launches) == 1
+    assert rt.captured[0][1:] == executes[0][1:] and rt.launches[0][1] == 0
+    assert nlib._handles[77][1] == 0xCA97  # the capture bound the native handle to the side stream
+    for _ in range(3):
+        plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    assert len(executes) == 1 and len(rt.captured) == 1 and len(rt.launches) == 4
+    # other pointers, other scalars, another stream: each its own graph, executed directly first
+    plan.execute(_pack(0x1000, 0x2000, 0x4000), None)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000, 2.0, 0.5), None)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
+    assert len(executes) == 4 and len(rt.launches) == 4
+    assert executes[-1][0] == 0xAB and nlib._handles[77][1] == 0x5150
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
+    assert rt.launches[-1][1] == 0x5150 and len(rt.captured) == 2
+    # a stream the caller is capturing itself: direct executes (they land in the caller's graph)
+    rt.user_capturing.add(0x5150)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
+    assert len(executes) == 5 and len(rt.launches) == 5
+    execs = [g for g in plan._cuda_graphs.values() if g > 0]
+    assert len(execs) == 2
+    plan.release()
+    assert sorted(rt.destroyed_execs) == sorted(execs)
+
+
+def test_cuda_graph_capture_failure_falls_back_to_executing(fake_cudnn, monkeypatch):
+    from _backend.engines.cudnn_engine import plan as plan_mod
+    plan, executes, _ = fake_cudnn
+    plan.rt.fail_capture = True
+    before = plan_mod.STATS["capture_failures"]
+    for _ in range(4):
+        plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    # every call ran (the failed capture ran nothing, so its call executed), and capture was tried once
+    assert len(executes) == 4 and len(plan.rt.captured) == 1 and not plan.rt.launches
+    assert plan_mod.STATS["capture_failures"] == before + 1
+    assert plan.rt.capturing is None  # the capture was ended
+    plan.release()
+
+
+def test_cuda_graphs_off_by_env_or_with_by_value_scalars(fake_cudnn, monkeypatch):
+    from _backend.engines.cudnn_engine import plan as plan_mod
+    plan, _executes, _ = fake_cudnn
+    assert plan._cuda_graphs is not None
+    base = _FakeDesc("EXECUTION_PLAN")
+    g = conv_bias_act_graph()
+    mul = candidates(g)[1]  # alpha1/alpha2 as by-value tensors: a graph would fix their values
+    assert mul.scale_mode == "mul" and any(b[2] for b in mul.bind)
+    cfg = EngineConfig("cudnn", (), frozenset(), 5)
+    p = plan_mod.CudnnPlan(g, cfg, mul, 77, _Native(), base, 0, [base], mul.representative())
+    assert p._cuda_graphs is None
+    monkeypatch.setenv("CUDNN_COMPAT_CUDNN_GRAPHS", "0")
+    spec = candidates(plan.spec_graph)[0]
+    q = plan_mod.CudnnPlan(plan.spec_graph, cfg, spec, 77, _Native(), base, 0, [base], spec.representative())
+    assert q._cuda_graphs is None
+
+
+class _Native:
+    graph = None
+
+    def destroy(self):
+        pass
 
 
 def types_stream(ptr):
@@ -923,3 +1038,97 @@ def test_plan_cache_file_lets_a_new_process_skip_autotuning(tmp_path):
     assert second["stats"]["from_file"] == first["stats"]["timing_runs"]
     assert second["engine"] == "cudnn" and second["config"] == first["config"]
     np.testing.assert_allclose(second["y"], first["y"], rtol=1e-3, atol=1e-3)
+
+
+def _legacy_args(direction, descs, bufs):
+    """(first desc, first, second desc, second, out desc, out) of a legacy conv call."""
+    (xd, wd, yd), (x, w, y) = descs[:3], bufs
+    return {"FWD": (xd, x, wd, w, yd, y), "BWD_DATA": (wd, w, yd, y, xd, x), "BWD_FILTER": (xd, x, yd, y, wd, w)}[direction]
+
+
+@gpu
+@pytest.mark.parametrize("direction", ["FWD", "BWD_DATA", "BWD_FILTER"])
+@pytest.mark.parametrize("dtype,layout", [("float16", "NHWC"), ("float32", "NCHW")])
+def test_repeated_calls_replay_a_cuda_graph_on_the_current_data(direction, dtype, layout, rng):
+    """The same call again and again (same buffers, workspace, stream) is captured into a CUDA graph
+    on its second run and replayed after; each call's inputs (and prior output, beta != 0) are new
+    data in the same buffers, and each result must match the reference engine's."""
+    import cupy
+    from _backend.engines.cudnn_engine import plan as plan_mod
+    c = CASES["stride2"]  # alpha 0.75, beta 0.5: the prior output is read
+    alpha, beta = c["ab"]
+    dims = _problem(c)
+    descs = (_tdesc(dims[0], dtype, layout), _fdesc(dims[1], dtype, layout), _tdesc(dims[2], dtype, layout), _cdesc(c))
+    kind = {"FWD": "Forward", "BWD_DATA": "BackwardData", "BWD_FILTER": "BackwardFilter"}[direction]
+    cc.plan_cache_clear()
+    gh, ch = cc.cudnnCreate("gpu"), cc.cudnnCreate("cpu")
+    f1, _, f2, _, fo, _ = _legacy_args(direction, descs, (None,) * 3)
+    algo = [p.algo for p in getattr(cc, f"cudnnGetConvolution{kind}Algorithm_v7")(gh, f1, f2, descs[3], fo, 8)
+            if p.status == 0][0]
+    wsize = getattr(cc, f"cudnnGetConvolution{kind}WorkspaceSize")(gh, f1, f2, descs[3], fo, algo)
+    ws = cupy.empty(max(wsize, 1), np.uint8)
+    sizes = [int(np.prod(d)) for d in dims]
+    bufs = [cupy.empty(n, _host([0.0], dtype).dtype) for n in sizes]
+    fn = getattr(cc, LEGACY_FN[direction])
+    out = {"FWD": 2, "BWD_DATA": 0, "BWD_FILTER": 1}[direction]
+    before = dict(plan_mod.STATS)
+    for i in range(5):
+        host = [_host(rng.standard_normal(n) * 0.5, dtype) for n in sizes]
+        for b, hv in zip(bufs, host):
+            b.set(hv)
+        a1, b1, a2, b2, a3, b3 = _legacy_args(direction, descs, bufs)
+        fn(gh, alpha, a1, b1, a2, b2, descs[3], algo, ws, wsize, beta, a3, b3)
+        hc = [hv.copy() for hv in host]
+        a1, b1, a2, b2, a3, b3 = _legacy_args(direction, descs, hc)
+        fn(ch, alpha, a1, b1, a2, b2, descs[3], algo, None, 0, beta, a3, b3)
+        _close(_f64(bufs[out], dtype), _f64(hc[out], dtype), dtype, f"{direction} {dtype} {layout} call {i}")
+    engines, plans = _engine_of_cached()
+    assert "cudnn" in engines, engines
+    launched = plan_mod.STATS["graph_launches"] - before["graph_launches"]
+    failed = plan_mod.STATS["capture_failures"] - before["capture_failures"]
+    assert launched + failed * 3 >= 3, plan_mod.STATS  # replayed from the second call, or honestly not capturable
+    if failed:
+        pytest.xfail(f"this plan's execute could not be captured ({failed}x); it executed directly")
+
+
+@gpu
+def test_repeated_fused_calls_replay_a_cuda_graph_with_z_aliasing_y(rng):
+    """ConvolutionBiasActivationForward (fp16 NHWC, y = relu(0.8 conv + 0.5 y + bias)) five times on the
+    same buffers: y accumulates through the replayed graph exactly as through the reference."""
+    import cupy
+    from _backend.engines.cudnn_engine import plan as plan_mod
+    c, dtype = CASES["3x3"], "float16"
+    xd, wd, yd = _problem(c)
+    bd = (1, c["K"], 1, 1)
+    xd_, wd_, yd_, bd_ = _tdesc(xd, dtype, "NHWC"), _fdesc(wd, dtype, "NHWC"), _tdesc(yd, dtype, "NHWC"), _tdesc(bd, dtype, "NCHW")
+    cd = _cdesc(c)
+    ad = cc.cudnnCreateActivationDescriptor()
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+    cc.plan_cache_clear()
+    gh, ch = cc.cudnnCreate("gpu"), cc.cudnnCreate("cpu")
+    wsize = cc.cudnnGetConvolutionForwardWorkspaceSize(gh, xd_, wd_, cd, yd_, algo)
+    ws = cupy.empty(max(wsize, 1), np.uint8)
+    host = {k: _host(rng.standard_normal(int(np.prod(d))) * 0.5, dtype) for k, d in (("x", xd), ("w", wd), ("b", bd))}
+    y0 = _host(rng.standard_normal(int(np.prod(yd))) * 0.5, dtype)
+    gx, gw, gb, gy = (cupy.asarray(host["x"]), cupy.asarray(host["w"]), cupy.asarray(host["b"]), cupy.asarray(y0))
+    yc = y0.copy()
+    before = dict(plan_mod.STATS)
+    for i in range(5):
+        gx.set(host["x"] * (i + 1) / 4)  # new data in the same buffer
+        cc.cudnnConvolutionBiasActivationForward(gh, 0.8, xd_, gx, wd_, gw, cd, algo, ws, max(wsize, 1), 0.5, yd_, gy,
+                                                 bd_, gb, ad, yd_, gy)
+        cc.cudnnConvolutionBiasActivationForward(ch, 0.8, xd_, (host["x"] * (i + 1) / 4).astype(host["x"].dtype),
+                                                 wd_, host["w"].copy(), cd, algo, None, 0, 0.5, yd_, yc, bd_,
+                                                 host["b"].copy(), ad, yd_, yc)
+        _close(_f64(gy, dtype), _f64(yc, dtype), dtype, f"fused call {i}")
+    engines, plans = _engine_of_cached()
+    fused = [p for p in plans if p.engine == "cudnn"]  # the CPU handle's reference plan is cached too
+    assert fused, engines
+    if fused[-1]._cuda_graphs is None:
+        pytest.xfail("alpha1/alpha2 are by-value tensors in this plan (ALPHA attributes were rejected): no graph replay")
+    launched = plan_mod.STATS["graph_launches"] - before["graph_launches"]
+    failed = plan_mod.STATS["capture_failures"] - before["capture_failures"]
+    assert launched + failed * 3 >= 3, plan_mod.STATS
+    if failed:
+        pytest.xfail(f"the fused plan's execute could not be captured ({failed}x); it executed directly")

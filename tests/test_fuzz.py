@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import functools
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -77,8 +78,12 @@ LIMIT = 2 ** 31
 DIM_MAX = 8
 # relative tolerance per output data type (after rounding the oracle to that type)
 RTOL = {F64: 1e-9, F32: 2e-5, F16: 4e-3, BF16: 3e-2}
+RTOL_GPU = {F64: 1e-9, F32: 5e-3, F16: 1e-2, BF16: 3e-2}  # TF32 under DEFAULT_MATH, float accumulation
 
-H = cc.cudnnCreate("cpu")
+# The handle every property calls through: the CPU reference engine, or the GPU engines with
+# CUDNN_COMPAT_FUZZ_PLACE=gpu (NumPy buffers are staged to the device and back; test_fuzz_on_the_gpu).
+PLACE = os.environ.get("CUDNN_COMPAT_FUZZ_PLACE", "cpu")
+H = cc.cudnnCreate(PLACE)
 _DEAD_HANDLE = cc.cudnnCreate("cpu")
 cc.cudnnDestroy(_DEAD_HANDLE)
 
@@ -225,7 +230,7 @@ def check_outputs(outs, fname):
         want = rounded(o.want, o.info.dtype)
         mag = np.maximum(1.0, np.abs(o.mag if o.mag is not None else o.want))
         if o.info.dtype in FLOATS:
-            tol = RTOL[o.info.dtype] * mag
+            tol = (RTOL_GPU if H.place == "gpu" else RTOL)[o.info.dtype] * mag
         else:
             tol = np.full(got.shape, 1.0)
         with np.errstate(invalid="ignore"):
@@ -539,6 +544,8 @@ def make_buffer(R, info, fault=None, positive=False, nan=False):
     if fault == "short":
         need = info.extent * item
         return raw, raw[:need - R.int(1, min(need, 2 * item))]
+    if fault == "device" and H.place == "gpu":
+        fault = "list"  # a bogus device address cannot be checked on the GPU place (C would fault too)
     if fault == "readonly":
         ro = raw.view()
         ro.flags.writeable = False
@@ -1054,11 +1061,18 @@ def test_fuzz_transform_tensor(seed, fault):
 
 # == activation and softmax ================================================================================
 
-ACT = {  # mode -> (forward y(x, coef, swish_beta), backward dx(dy, y, x, coef', swish_beta))
+def _relu(x, lo=0.0, hi=None, propagate=True):
+    """max(x, lo) [min hi]: NaN stays NaN under PROPAGATE_NAN, becomes the bound under NOT_PROPAGATE."""
+    mx, mn = (np.maximum, np.minimum) if propagate else (np.fmax, np.fmin)
+    y = mx(x, lo)
+    return y if hi is None else mn(y, hi)
+
+
+ACT = {  # mode -> (forward y(x, coef, swish_beta), backward dx(dy, y, x, coef', swish_beta)); NaN option apart
     cc.CUDNN_ACTIVATION_SIGMOID: (lambda x, c, b: 1 / (1 + np.exp(-x)), lambda dy, y, x, c, b: dy * y * (1 - y)),
-    cc.CUDNN_ACTIVATION_RELU: (lambda x, c, b: np.maximum(x, 0), lambda dy, y, x, c, b: np.where(y > 0, dy, 0.0)),
+    cc.CUDNN_ACTIVATION_RELU: (lambda x, c, b: _relu(x), lambda dy, y, x, c, b: np.where(y > 0, dy, 0.0)),
     cc.CUDNN_ACTIVATION_TANH: (lambda x, c, b: np.tanh(x), lambda dy, y, x, c, b: dy * (1 - y * y)),
-    cc.CUDNN_ACTIVATION_CLIPPED_RELU: (lambda x, c, b: np.minimum(np.maximum(x, 0), c),
+    cc.CUDNN_ACTIVATION_CLIPPED_RELU: (lambda x, c, b: _relu(x, 0.0, c),
                                        lambda dy, y, x, c, b: np.where((y > 0) & (y < c), dy, 0.0)),
     cc.CUDNN_ACTIVATION_ELU: (lambda x, c, b: np.where(x > 0, x, c * np.expm1(np.minimum(x, 0))),
                               lambda dy, y, x, c, b: dy * np.where(y > 0, 1.0, y + c)),
@@ -1069,11 +1083,11 @@ ACT_MODES = sorted(ACT) + [cc.CUDNN_ACTIVATION_IDENTITY]
 
 
 def make_activation(R, scope, faults):
-    """(descriptor, mode, coef, swish beta, fault): a set activation descriptor, or a bad one."""
+    """(descriptor, mode, coef, swish beta, NaN option, fault): a set activation descriptor, or a bad one."""
     kind = faults.at("desc:act")
     if kind:
         return bad_descriptor(scope, kind, cc.cudnnCreateActivationDescriptor,
-                              cc.cudnnDestroyActivationDescriptor), None, 0.0, 1.0, kind
+                              cc.cudnnDestroyActivationDescriptor), None, 0.0, 1.0, 0, kind
     d = scope.add(cc.cudnnCreateActivationDescriptor(), cc.cudnnDestroyActivationDescriptor)
     mode = R.pick(ACT_MODES) if R.chance(0.97) else R.pick([7, -1])
     nan = R.pick([0, 1]) if R.chance(0.97) else 5
@@ -1083,12 +1097,12 @@ def make_activation(R, scope, faults):
         assert mode in ACT_MODES and nan in (0, 1), "cudnnSetActivationDescriptor accepted a bad enum"
     except CuDNNError as e:
         assert e.status == BAD and (mode not in ACT_MODES or nan not in (0, 1)), e
-        return d, None, coef, 1.0, "refused"
+        return d, None, coef, 1.0, nan, "refused"
     beta = 1.0
     if R.chance(0.3):
         beta = R.pick([0.5, 1.0, 2.0])
         cc.cudnnSetActivationDescriptorSwishBeta(d, beta)
-    return d, mode, coef, beta, None
+    return d, mode, coef, beta, nan, None
 
 
 @fuzz("activation_forward")
@@ -1105,7 +1119,7 @@ def test_fuzz_activation_forward(seed, fault):
     xspec = draw_tensor_spec(R, dims, dtype)
     yspec = same_or(R, xspec, 0.6) if R.chance(0.95) else draw_tensor_spec(R, draw_dims(R, len(dims)), dtype)
     with Scope() as scope:
-        ad, mode, coef, sbeta, afault = make_activation(R, scope, faults)
+        ad, mode, coef, sbeta, nan_opt, afault = make_activation(R, scope, faults)
         X = tensor(R, scope, faults, "x", xspec)
         Y = tensor(R, scope, faults, "y", yspec, nan=R.chance(0.3))
         inplace = R.chance(0.15) and not (X.fault or Y.fault) and X.info and Y.info and X.info.dtype == Y.info.dtype \
@@ -1130,8 +1144,13 @@ def test_fuzz_activation_forward(seed, fault):
             must.append("a descriptor was refused")
 
         def oracle():
-            x = load(out.before if inplace else X.raw, X.info)
-            r = _compute(ACT[mode][0](x, coef, sbeta), F64 if X.info.dtype == F64 else F32)
+            x = load(out.before if inplace else X.raw, X.info)  # in place over NaN garbage: NaN inputs
+            if mode in (cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_ACTIVATION_CLIPPED_RELU):
+                y = _relu(x, 0.0, coef if mode == cc.CUDNN_ACTIVATION_CLIPPED_RELU else None,
+                          nan_opt == cc.CUDNN_PROPAGATE_NAN)
+            else:
+                y = ACT[mode][0](x, coef, sbeta)
+            r = _compute(y, F64 if X.info.dtype == F64 else F32)
             blend(out, r, sc["alpha"][1], sc["beta"][1], np.abs(r) + np.abs(x))
 
         invoke("activation_forward", cc.cudnnActivationForward,
@@ -1158,7 +1177,7 @@ def test_fuzz_activation_backward(seed, fault):
         k = R.pick(sorted(specs))
         specs[k] = draw_tensor_spec(R, draw_dims(R, len(dims)), dtype)
     with Scope() as scope:
-        ad, mode, coef, sbeta, afault = make_activation(R, scope, faults)
+        ad, mode, coef, sbeta, nan_opt, afault = make_activation(R, scope, faults)
         T = {k: tensor(R, scope, faults, k, specs[k], nan=(k == "dx" and R.chance(0.3))) for k in ("y", "dy", "x", "dx")}
         inplace = R.chance(0.15) and not (T["dy"].fault or T["dx"].fault) and T["dy"].info and T["dx"].info \
             and T["dy"].info.dtype == T["dx"].info.dtype and T["dy"].info.extent <= T["dx"].info.extent
@@ -1844,3 +1863,21 @@ def test_fuzz_lrn_forward(seed, fault):
         invoke("lrn_forward", cc.cudnnLRNCrossChannelForward,
                (handle_arg(faults.at("handle"), scope), ld, lrn_mode, sc["alpha"][0], X.desc, X.data, sc["beta"][0],
                 Y.desc, Y.data), [out], {BAD, NS}, must + faults.rejected(("x",), ("y",)), faults.bad_param, oracle)
+
+
+# == the same properties on the GPU engines ==================================================================
+
+COMPUTE_PROPERTIES = [n for n in sorted(globals()) if n.startswith("test_fuzz_") and "descriptor" not in n]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", COMPUTE_PROPERTIES)
+def test_fuzz_on_the_gpu(name, monkeypatch):
+    """Every compute property at CI size through a GPU handle, against the same NumPy oracles
+    (benchmarks/fuzz_nightly.py --place gpu runs them at full size)."""
+    gpu = cc.cudnnCreate("gpu")
+    try:
+        monkeypatch.setattr(sys.modules[__name__], "H", gpu)
+        globals()[name]()
+    finally:
+        cc.cudnnDestroy(gpu)

@@ -200,7 +200,7 @@ def test_rule_big_byte_offsets_are_right_on_gpu_packed(monkeypatch, engine):
         if not _refused_or(lambda: cc.cudnnAddTensor(h, 1.0, tdesc((1, 1, 1, W)), b, 1.0, xd, y)):
             cp.cuda.Device().synchronize()
             assert bool(cp.all(y == x + b)), "AddTensor wrong past 2^31 bytes"
-        del y
+        y = None  # free 2 GiB before the pooling output
         pool = cc.cudnnCreatePoolingDescriptor()
         cc.cudnnSetPooling2dDescriptor(pool, cc.CUDNN_POOLING_MAX, 0, 2, 2, 0, 0, 2, 2)
         p = cp.full((1, 1, H // 2, W // 2), cp.nan, cp.float32)

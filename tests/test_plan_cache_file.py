@@ -14,7 +14,7 @@ import warnings
 import pytest
 
 from _backend import planner, plan_cache
-from _backend.engines.base import REGISTRY, Engine, EngineConfig, ExecutionPlan
+from _backend.engines.base import REGISTRY
 from _backend.ir import Operation, OperationGraph, Tensor, packed_strides
 from _backend.plan_cache import CONFIG_FILE, FILE_ENV, PlanCacheFileWarning, chosen_config, remember_config
 
@@ -54,7 +54,9 @@ class TuningEngine(Engine):
                 pass
         return Plan(graph, config)
 '''
-exec(FAKE_ENGINE)  # noqa: S102 - the same engine runs in the child processes below
+_NS: dict = {}
+exec(FAKE_ENGINE, _NS)  # noqa: S102 - the same engine source runs in the child processes below
+TuningEngine = _NS["TuningEngine"]
 
 
 def graph(n=4):
@@ -64,7 +66,7 @@ def graph(n=4):
 
 @pytest.fixture
 def engine(monkeypatch, tmp_path):
-    eng = TuningEngine()  # noqa: F821 - defined by exec above
+    eng = TuningEngine()
     monkeypatch.setitem(REGISTRY.engines, eng.name, eng)
     monkeypatch.setenv(FILE_ENV, str(tmp_path / "plans.json"))
     CONFIG_FILE.forget()

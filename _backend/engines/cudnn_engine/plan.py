@@ -7,10 +7,23 @@ descriptor keyed by (pointers, workspace), and ``cudnnBackendExecute`` on the na
 handle of the device, bound to the caller's stream.  Scalars that cuDNN takes as operation
 attributes (conv alpha/beta, pointwise alpha1/alpha2) are baked into the native graph, so
 the plan keeps one native plan per tuple of their values (``SUBPLANS`` of them).
+
+CUDA graph replay (``CUDNN_COMPAT_CUDNN_GRAPHS``, default on; "0" turns it off): the host
+cost of cudnnBackendExecute (~10 us on an H100 host) dominates a cached call, so the second
+call with the same native plan, variant pack (data pointers, workspace) and stream captures
+that execute into a CUDA graph (stream capture on a side stream, relaxed mode) and every
+later such call is one cudaGraphLaunch on the caller's stream.  The kernels read and write
+the same buffers at run time, so results are those of the execute; plans with by-value
+scalars (their values would be captured) and calls on a stream that is itself being
+captured execute directly; an execute that cannot be captured falls back to direct
+execution for that (plan, pack, stream).  The native handle is shared by the plans of a
+device, so binding it to a stream and executing happen under one lock per device.
 """
 from __future__ import annotations
 
 import ctypes
+import os
+import threading
 from collections import OrderedDict
 from operator import itemgetter
 
@@ -23,6 +36,36 @@ _HANDLES = _lib._handles  # device -> [native handle, stream bound]: read inline
 
 PACK_CACHE = 16  # variant packs kept per plan (LRU)
 SUBPLANS = 8  # native plans (one per tuple of baked scalar values) kept per plan
+GRAPHS = 16  # captured CUDA graphs kept per plan (LRU)
+STATS = {"captures": 0, "capture_failures": 0, "graph_launches": 0}  # tests and benchmarks
+_LOCKS: dict = {}  # device -> lock over "bind the shared native handle to a stream, execute"
+_CAPTURE_STREAMS: dict = {}  # device -> the cupy Stream captures run on
+
+
+def _graphs_enabled() -> bool:
+    return os.environ.get("CUDNN_COMPAT_CUDNN_GRAPHS", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _runtime():
+    """The CUDA runtime calls graph replay uses (cupy.cuda.runtime; replaced in CPU tests)."""
+    import cupy
+    return cupy.cuda.runtime
+
+
+def _device_lock(device: int):
+    lock = _LOCKS.get(device)
+    if lock is None:
+        lock = _LOCKS.setdefault(device, threading.Lock())
+    return lock
+
+
+def _capture_stream(device: int) -> int:
+    s = _CAPTURE_STREAMS.get(device)
+    if s is None:
+        import cupy
+        with cupy.cuda.Device(device):
+            s = _CAPTURE_STREAMS[device] = cupy.cuda.Stream(non_blocking=True)
+    return s.ptr
 
 
 def _ptr(buf) -> int:
@@ -118,6 +161,10 @@ class CudnnPlan(ExecutionPlan):
         self._sub_owned: dict = {}  # key -> (NativeGraph, descriptors) of plans added per call
         self.sub_configs: dict = {}  # key -> config, where the plan's own config rejected the values
         self.autotune = None  # [(config, ms)] when the config was chosen by timing
+        self._lock = _device_lock(device)
+        # (baked-scalar key, pack key, stream) -> 0 (executed once), graphExec (> 0) or -1 (not capturable);
+        # None: no graph replay for this plan (turned off, or by-value scalars whose values a graph would fix)
+        self._cuda_graphs = OrderedDict() if (_graphs_enabled() and not self._scalar_slots) else None
 
     raw_pointers = True  # the legacy layer may bind device pointers as plain ints
 
@@ -125,13 +172,11 @@ class CudnnPlan(ExecutionPlan):
     def execute(self, pack, stream=None) -> None:
         """The cached path: the baked scalars pick the native plan, the data pointers (with the
         workspace) pick a cached VARIANT_PACK (LRU of ``PACK_CACHE``; alignment is checked when a
-        pointer tuple is first seen), then one cudnnBackendExecute.  No allocation but the key
-        tuples, no logging."""
+        pointer tuple is first seen), then one cudnnBackendExecute, or the launch of the CUDA
+        graph captured from it.  No allocation but the key tuples, no logging."""
         data = pack.data
         try:
             sptr = 0 if stream is None else int(getattr(stream, "ptr", stream) or 0)
-            h = _HANDLES.get(self.device)
-            handle = h[0] if h is not None and h[1] == sptr else _lib.handle_for(self.device, sptr)
             if self._scalar_slots:
                 scalars = self._scalars
                 for src, slot in self._scalar_slots:
@@ -141,7 +186,7 @@ class CudnnPlan(ExecutionPlan):
                 if pa is not pb and _ptr(pa) != _ptr(pb):
                     raise EngineDeclined("cudnn", f"the blend's prior output (uid {a}) is not the output buffer (uid {b})")
             if self._key_of is None:
-                plan_ptr, need = self._plan_ptr, self.workspace_size
+                key, plan_ptr, need = None, self._plan_ptr, self.workspace_size
             else:
                 key = self._key_of(data)
                 try:
@@ -157,13 +202,72 @@ class CudnnPlan(ExecutionPlan):
                 vp = self._make_pack(pkey)
             else:
                 self._packs.move_to_end(pkey)
-            st = self._execute(handle, plan_ptr, vp)
+            graphs = self._cuda_graphs
+            if graphs is not None:
+                gkey = (key, pkey, sptr)
+                g = graphs.get(gkey)
+                if g is None:
+                    graphs[gkey] = 0
+                    while len(graphs) > GRAPHS:
+                        self._drop_graph(graphs.popitem(last=False)[1])
+                elif g != -1 and not (sptr and _runtime().streamIsCapturing(sptr)):
+                    if g == 0:
+                        g = graphs[gkey] = self._capture(plan_ptr, vp)
+                    if g > 0:
+                        graphs.move_to_end(gkey)
+                        _runtime().graphLaunch(g, sptr)
+                        STATS["graph_launches"] += 1
+                        return
+            with self._lock:
+                h = _HANDLES.get(self.device)
+                handle = h[0] if h is not None and h[1] == sptr else _lib.handle_for(self.device, sptr)
+                st = self._execute(handle, plan_ptr, vp)
             if st:
                 raise EngineDeclined("cudnn", f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)}: "
                                               f"{_lib.last_error()}")
         except EngineDeclined:
             _views_for_fallback(self.graph, data)  # the next engine gets CuPy arrays
             raise
+
+    def _capture(self, plan_ptr: int, vp: int) -> int:
+        """A CUDA graph (its graphExec) of one execute of ``plan_ptr`` with ``vp``, captured on a
+        side stream (capturing runs nothing); -1 when the execute cannot be captured."""
+        rt = _runtime()
+        graph, st = 0, -1
+        try:
+            cap = _capture_stream(self.device)
+            with self._lock:
+                handle = _lib.handle_for(self.device, cap)
+                rt.streamBeginCapture(cap)
+                try:
+                    st = self._execute(handle, plan_ptr, vp)
+                finally:
+                    try:
+                        graph = rt.streamEndCapture(cap)
+                    except Exception:  # the capture was invalidated (an uncapturable call inside)
+                        graph = 0
+            if st or not graph:
+                raise RuntimeError(f"capture failed (execute status {st})")
+            exe = rt.graphInstantiate(graph)
+        except Exception:  # anything at all: this (plan, pack, stream) executes directly
+            STATS["capture_failures"] += 1
+            return -1
+        finally:
+            if graph:
+                try:
+                    rt.graphDestroy(graph)
+                except Exception:
+                    pass
+        STATS["captures"] += 1
+        return exe
+
+    @staticmethod
+    def _drop_graph(g) -> None:
+        if g > 0:
+            try:
+                _runtime().graphExecDestroy(g)
+            except Exception:
+                pass
 
     def _make_pack(self, pkey) -> int:
         """A finalized VARIANT_PACK for (data pointers, workspace), cached; checks alignment."""
@@ -235,6 +339,9 @@ class CudnnPlan(ExecutionPlan):
         while len(self._subplans) > SUBPLANS:
             old = next(k for k in self._subplans if k != self._base_key)
             del self._subplans[old]
+            if self._cuda_graphs:
+                for gk in [gk for gk in self._cuda_graphs if gk[0] == old]:
+                    self._drop_graph(self._cuda_graphs.pop(gk))
             old_ng, old_keep = self._sub_owned.pop(old)
             for d in reversed(old_keep):
                 d.destroy()
@@ -243,6 +350,10 @@ class CudnnPlan(ExecutionPlan):
 
     # -- lifetime -------------------------------------------------------------------------
     def release(self) -> None:
+        if self._cuda_graphs:
+            for g in self._cuda_graphs.values():
+                self._drop_graph(g)
+            self._cuda_graphs.clear()
         for vp in self._pack_descs.values():
             vp.destroy()
         self._pack_descs.clear()
