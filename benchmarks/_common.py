@@ -1,0 +1,143 @@
+"""Shared benchmark plumbing: CUDA-event timing, the device name and tag, run metadata, and the
+JSON results file ``benchmarks/results/<prefix>_<device tag>.json``.
+
+    from _common import cuda_time, device_name, meta, write_json   # with benchmarks/ on sys.path
+
+``cuda_time(fn, iters, reps, warm)`` runs ``fn`` ``warm`` times, then ``reps`` times ``iters``
+calls between two CUDA events on the current stream, and returns the median milliseconds per call
+(with the minimum and every repetition's figure).  ``events='torch'`` uses torch's events on
+torch's current stream (for work torch launches); the default uses CuPy's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def repo_on_path() -> None:
+    """Make ``cudnn_compat``, ``_backend`` and ``examples`` importable from a benchmark script."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+
+
+def device_name() -> str:
+    """The CUDA device's name (CuPy), or 'cpu' when there is none."""
+    try:
+        import cupy
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+        name = props["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001 - no CuPy or no device
+        return "cpu"
+
+
+def device_tag(name: "str | None" = None) -> str:
+    """The device name as a file-name tag: 'NVIDIA H100 80GB HBM3' -> 'NVIDIA_H100_80GB_HBM3'."""
+    name = device_name() if name is None else name
+    return "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
+
+
+def meta(**extra) -> dict:
+    """Where and with what a benchmark ran: device, libcudnn, CuPy, torch, NumPy, Python, time."""
+    out = {"device": device_name(), "python": platform.python_version(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for mod in ("numpy", "cupy", "torch"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001
+            out[mod] = None
+    try:
+        repo_on_path()
+        from _backend.engines.cudnn_engine import lib as nlib
+        out["libcudnn"] = nlib.info()
+    except Exception as e:  # noqa: BLE001
+        out["libcudnn"] = f"unavailable: {type(e).__name__}"
+    out.update(extra)
+    return out
+
+
+def _events(kind: str):
+    if kind == "torch":
+        import torch
+        return (lambda: torch.cuda.Event(enable_timing=True)), torch.cuda.synchronize, \
+            (lambda a, b: a.elapsed_time(b))
+    import cupy
+    return cupy.cuda.Event, cupy.cuda.Device().synchronize, cupy.cuda.get_elapsed_time
+
+
+def cuda_time(fn, iters: int = 10, reps: int = 5, warm: int = 2, events: str = "cupy") -> dict:
+    """{'ms': median ms per call, 'min_ms', 'reps_ms': [...]} over ``reps`` runs of ``iters`` calls."""
+    make, sync, elapsed = _events(events)
+    for _ in range(warm):
+        fn()
+    sync()
+    per = []
+    for _ in range(reps):
+        a, b = make(), make()
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        b.synchronize()
+        per.append(elapsed(a, b) / iters)
+    return {"ms": statistics.median(per), "min_ms": min(per), "reps_ms": per}
+
+
+def wall_time(fn, iters: int = 10, warm: int = 1, sync=None) -> float:
+    """Host wall milliseconds per call (``sync`` after the loop)."""
+    for _ in range(warm):
+        fn()
+    if sync:
+        sync()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    if sync:
+        sync()
+    return (time.perf_counter() - t0) * 1e3 / iters
+
+
+def write_json(prefix: str, payload: dict, out_dir: "str | None" = None, device: "str | None" = None) -> str:
+    """Write ``payload`` to ``<out_dir>/<prefix>_<device tag>.json`` (default benchmarks/results)."""
+    out_dir = out_dir or RESULTS
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{prefix}_{device_tag(device)}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=1, default=_jsonable)
+    os.replace(tmp, path)
+    return path
+
+
+def _jsonable(v):
+    try:
+        import numpy as np
+        if isinstance(v, np.generic):
+            return v.item()
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+    except Exception:  # noqa: BLE001
+        pass
+    return repr(v)
+
+
+def rel_err(got, want) -> float:
+    """max |got - want| / max |want| over host copies (float64)."""
+    import numpy as np
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = float(np.max(np.abs(w))) if w.size else 0.0
+    return float(np.max(np.abs(g - w)) / scale) if scale > 0 else float(np.max(np.abs(g - w)) if g.size else 0.0)
+
+
+def fmt_ms(v) -> str:
+    return f"{v:9.3f}" if isinstance(v, (int, float)) else f"{'-':>9s}"
+
+
+__all__ = ["RESULTS", "ROOT", "repo_on_path", "device_name", "device_tag", "meta", "cuda_time", "wall_time",
+           "write_json", "rel_err", "fmt_ms"]
