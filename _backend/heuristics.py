@@ -9,8 +9,7 @@ always able to run).  ``CUDNN_COMPAT_ENGINE`` forces one engine.
 """
 from __future__ import annotations
 
-import os
-
+from . import config as _config
 from .engines.base import REGISTRY
 
 MODES = ("A", "B", "FALLBACK")
@@ -18,7 +17,7 @@ ORDER = {"gpu": ("cudnn", "cupy", "reference"), "cpu": ("reference",)}
 
 
 def forced_engine() -> "str | None":
-    name = os.environ.get("CUDNN_COMPAT_ENGINE", "").strip()
+    name = _config.get("CUDNN_COMPAT_ENGINE") or ""
     return name or None
 
 

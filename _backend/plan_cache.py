@@ -18,6 +18,8 @@ import threading
 import warnings
 from collections import OrderedDict, namedtuple
 
+from . import config as _config
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: rename alone keeps the file whole
@@ -33,7 +35,7 @@ class PlanCache:
 
     def __init__(self, maxsize: "int | None" = None):
         if maxsize is None:
-            maxsize = int(os.environ.get("CUDNN_COMPAT_PLAN_CACHE_SIZE", "1024"))
+            maxsize = _config.get("CUDNN_COMPAT_PLAN_CACHE_SIZE")
         self.maxsize = max(0, maxsize)
         self._d: OrderedDict = OrderedDict()
         self._lock = threading.RLock()
@@ -173,7 +175,7 @@ class ConfigFile:
 
     @staticmethod
     def path() -> "str | None":
-        p = os.environ.get(FILE_ENV, "").strip()
+        p = (_config.get(FILE_ENV) or "").strip()
         return os.path.abspath(os.path.expanduser(p)) if p else None
 
     def _warn(self, what: str, tag) -> None:

@@ -4,12 +4,12 @@ cached by call signature.  ``run`` is the one entry point the legacy layer uses.
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from .engines.base import EngineDeclined, VariantPack
 from .heuristics import forced_engine, get_engine_configs
 from .ir import GraphError
+from . import config as _config
 from .plan_cache import CACHE, acquire, done
 
 log = logging.getLogger("cudnn_compat")
@@ -51,21 +51,33 @@ def _log_plan(graph, plan):
         log.info("\n".join(lines))
 
 
-# os.environ's own dict (POSIX): "is CUDNN_COMPAT_ENGINE set" is one dict lookup per call instead of
-# os.environ.get's key encoding; os.environ writes (putenv, monkeypatch.setenv) update this dict
-_ENV_DATA = getattr(os.environ, "_data", None)
-_FORCED_KEY = (os.environ.encodekey("CUDNN_COMPAT_ENGINE")
-               if isinstance(_ENV_DATA, dict) and hasattr(os.environ, "encodekey") else None)
+# CUDNN_COMPAT_ENGINE through config (two dict lookups per call while it is unchanged); while the
+# variable is absent from the environment (config's own view of it, os.environ's dict) the getter is
+# not called at all: one dict lookup per call
+_forced_setting = _config.getter("CUDNN_COMPAT_ENGINE")
+_ENV_DICT = getattr(_config, "_ENV", None)
+_ENGINE_KEY = getattr(_config, "_KEYS", {}).get("CUDNN_COMPAT_ENGINE")
 
 
 def get_plan(key, build_graph, place: str, mode: str = "A"):
     """Cached plan for ``key``; on a miss ``build_graph()`` makes the graph.  A forced engine
-    (``CUDNN_COMPAT_ENGINE``) is part of the key, so changing it never reuses another engine's plan."""
-    if _FORCED_KEY is None or _ENV_DATA.get(_FORCED_KEY) is not None:  # set, or no cheap way to tell
-        forced = forced_engine()
-        if forced:
-            key = key + (("engine", forced),)
-    plan = CACHE.get(key)
+    (``CUDNN_COMPAT_ENGINE``) is part of the key, so changing it never reuses another engine's plan.
+    A hit is ``PlanCache.get`` inlined (the same lock-free steps)."""
+    if _ENV_DICT is None or _ENGINE_KEY is None or _ENV_DICT.get(_ENGINE_KEY) is not None:
+        if _forced_setting() is not None:
+            forced = forced_engine()
+            if forced:
+                key = key + (("engine", forced),)
+    cache = CACHE
+    plan = cache._d.get(key)
+    if plan is not None:
+        try:
+            cache._d.move_to_end(key)
+        except KeyError:  # evicted by another thread since the lookup: still a valid plan for this call
+            pass
+        next(cache._hits)
+        return plan
+    plan = cache.get(key)  # a miss (counted there), or a plan another thread just added
     if plan is None:
         plan = make_plan(build_graph(), place, mode)
         CACHE.put(key, plan)
@@ -80,7 +92,19 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
     """Run ``plan``; when its engine fails at execute time (it declines, or raises), log it,
     evict the cached plan and rebuild on the next engine in heuristics order (003: fall back
     rather than fail).  Engines must fail before writing outputs.  Running out of memory is
-    CUDNN_STATUS_ALLOC_FAILED, not a fallback; the reference engine's own errors propagate."""
+    CUDNN_STATUS_ALLOC_FAILED, not a fallback; the reference engine's own errors propagate.
+
+    The cached path first: a plan with ``fast(data, stream)`` (the cupy engine's launch records)
+    runs the call there when it can, with no pack, timing or pinning (such plans hold nothing a
+    concurrent eviction could free under a running launch: the record the call uses stays alive
+    with the call).  ``last_time`` is then the time of the plan's last general execute."""
+    fast = getattr(plan, "fast", None)
+    if fast is not None:
+        try:
+            if fast(data, stream):
+                return plan
+        except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
+            log.warning("engine %s: launch record failed (%s: %s); executing", plan.engine, type(e).__name__, e)
     pack = VariantPack(data, workspace, workspace_size)
     tried = []
     while True:

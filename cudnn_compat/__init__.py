@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 
+from _backend import config as _backend_config
 from _backend.plan_cache import CACHE as _CACHE
 from . import enums as _enums
 from ._registry import LEGACY, exported
@@ -31,6 +31,8 @@ globals().update({k: v for k, v in vars(_enums).items() if k.isupper()})
 globals().update({k: v for _vals in _enums.ENUMS.values() for k, v in _vals.items()})  # also CUDNN_DATA_INT8x4 & co.
 globals().update(STATUS)
 globals().update(exported())
+from .cupy_cudnn import c_spellings as _c_spellings  # noqa: E402 - CuPy 13 names, cudnn-prefixed (cudnnAddTensor_v3)
+globals().update({k: v for k, v in _c_spellings().items() if k not in globals()})
 
 from .shim import install_cupy_shim, uninstall_cupy_shim  # noqa: E402,F401 - CuPy 13 cuDNN names under CuPy 14
 
@@ -47,7 +49,7 @@ def plan_cache_clear() -> None:
 def _configure_logging() -> None:
     """``CUDNN_COMPAT_LOG=info|debug|warning`` logs each new call signature's graph, the engines
     that declined it and why, and the config chosen (architecture.md "Explain")."""
-    level = os.environ.get("CUDNN_COMPAT_LOG", "").strip().upper()
+    level = (_backend_config.get("CUDNN_COMPAT_LOG") or "").upper()
     if level:
         log = logging.getLogger("cudnn_compat")
         log.setLevel(getattr(logging, level, logging.INFO))
@@ -57,6 +59,7 @@ def _configure_logging() -> None:
             log.addHandler(handler)
 
 
+_backend_config.validate()  # every CUDNN_COMPAT_* value not understood warns now, once
 _configure_logging()
 
 

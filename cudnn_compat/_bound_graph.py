@@ -11,6 +11,7 @@ graphs are all built cannot fail half way through for a graph reason.
 """
 from __future__ import annotations
 
+import ctypes
 import itertools
 import threading
 from collections import OrderedDict
@@ -158,7 +159,8 @@ def byte_view(data):
     if hasattr(data, "__dlpack__"):
         import cupy
         return byte_view(cupy.from_dlpack(data))
-    return data
+    from ._data import host_bytes  # ctypes pointers, buffer-protocol / __array_interface__ objects
+    return host_bytes(data)
 
 
 def at(data, nbytes: int):
@@ -168,6 +170,8 @@ def at(data, nbytes: int):
     raw = byte_view(data)
     if isinstance(raw, int):
         return raw + nbytes
+    if isinstance(raw, ctypes.c_void_p):  # a raw host pointer (docs/conventions.md "Data")
+        return ctypes.c_void_p(raw.value + nbytes)
     if raw is data:  # not an array type: bind() rejects it with a clear message
         return data
     return raw[nbytes:]
@@ -204,4 +208,5 @@ def check_buffer(data, argname: str, need: int) -> None:
 
 
 def is_null(data) -> bool:
-    return data is None or (isinstance(data, int) and not isinstance(data, bool) and data == 0)
+    return data is None or (isinstance(data, int) and not isinstance(data, bool) and data == 0) or \
+        (isinstance(data, ctypes.c_void_p) and not data.value)

@@ -14,8 +14,10 @@ import threading
 import numpy as np
 
 from _backend import planner
+from . import _fastbind
 from _backend.ir import Operation, scalar as scalar_tensor, virtual
-from ._data import _CUPY_NDARRAY, bind, cupy_ndarray, device_pointer, host_view, layout
+from ._data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_pointer, host_view, layout
+from ._data import workspace_arg as _workspace_arg
 
 ALPHA, BETA = 9001, 9002  # uids of the output-blend scalars
 Y_PRIOR_OFFSET = 5000  # uid of "y before the call" = uid(y) + this
@@ -91,12 +93,16 @@ def _intercepted(i: int, *args):
 
 def _program(plan) -> tuple:
     """What binding needs of each external tensor of ``plan``, computed once per plan:
-    ((uid, tensor, is by-value scalar, is written, bytes spanned), ...)."""
+    ((uid, tensor, is by-value scalar, is written, bytes spanned, storage dtype, accepted array
+    dtypes), ...): the dtype table of _data.ACCEPTED is looked up here, so binding a buffer costs
+    one dtype identity test (a set membership for byte views)."""
     prog = getattr(plan, "bind_program", None)
     if prog is None:
         written = _written(plan)
-        prog = plan.bind_program = tuple((uid, t, t.is_by_value, uid in written, 0 if t.is_by_value else layout(t)[1])
-                                         for uid, t in _externals(plan).items())
+        prog = plan.bind_program = tuple(
+            (uid, t, t.is_by_value, uid in written) + ((0, None, None) if t.is_by_value else
+                                                      (layout(t)[1], layout(t)[0], layout(t)[3]))
+            for uid, t in _externals(plan).items())
     return prog
 
 
@@ -114,11 +120,15 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     place = handle.place
     key = (place, handle.device) + key
     plan = planner.get_plan(key, build, place)
+    if workspace is not None and type(workspace) not in WORKSPACE_TYPES:
+        workspace = _workspace_arg(place, workspace)  # rule: a library object or a CPU-place int is no buffer
     if workspace_arg is not None:
         check_workspace(plan, workspace, workspace_size, workspace_arg)
     data, staged = {}, None
     if place == "cpu":
-        for uid, t, by_value, written, _need in _program(plan):
+        if type(workspace) is int and workspace:
+            _workspace_arg(place, workspace)  # BAD_PARAM: on the CPU place a host pointer is a ctypes.c_void_p
+        for uid, t, by_value, written, _need, _st, _acc in _program(plan):
             if by_value:
                 data[uid] = scalars[uid]
                 continue
@@ -129,23 +139,28 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         # contiguous CuPy array big enough for the tensor is its pointer (device_pointer's fast path)
         raw = getattr(plan, "raw_pointers", False)
         nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else cupy_ndarray()
-        for uid, t, by_value, written, need in _program(plan):
+        # the cached path: the plan's generated binder (_fastbind) makes this loop's fast-path test for
+        # every tensor at once; None when some buffer needs the loop (its checks and errors)
+        bound = (plan.__dict__.get("gpu_binder") or _fastbind.binder(plan))(tensors, scalars) if raw else None
+        if bound is not None:
+            data = bound
+        for uid, t, by_value, written, need, st, acc in (_program(plan) if bound is None else ()):
             if by_value:
                 data[uid] = scalars[uid]
                 continue
             buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
-            if raw and type(buf) is nd and (buf._c_contiguous or buf._f_contiguous) and buf.nbytes >= need:
+            if raw and type(buf) is nd and (buf.dtype is st or buf.dtype in acc) and (buf._c_contiguous or buf._f_contiguous) \
+                    and buf.nbytes >= need:
                 data[uid] = buf.data.ptr
                 continue
             if isinstance(buf, np.ndarray):
-                if written and not buf.flags.writeable:
-                    raise _read_only(argname)
+                host_view(buf, t, argname, written)  # every check of a host buffer (dtype, size, read-only) first
                 staged = {} if staged is None else staged
                 dev = staged.get(id(buf))
                 if dev is None:
                     dev = staged[id(buf)] = stage_to_device(buf, argname)
                 buf = dev
-            data[uid] = device_pointer(buf, t, argname) if raw else bind(handle, buf, t, argname)
+            data[uid] = device_pointer(buf, t, argname, written) if raw else bind(handle, buf, t, argname, written)
     plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
     if staged:
         copy_back(plan, tensors, staged)

@@ -258,6 +258,10 @@ PREFERENCE = {
     "BWD_DATA": ("ALGO_1", "ALGO_0", "WINOGRAD_NONFUSED", "WINOGRAD", "FFT_TILING", "FFT"),
     "BWD_FILTER": ("ALGO_1", "ALGO_0", "ALGO_3", "WINOGRAD_NONFUSED", "FFT_TILING", "FFT", "WINOGRAD"),
 }
+# The algorithm of each direction that needs no workspace wherever the tables let it run
+# (legacy cuDNN's IMPLICIT_GEMM and the atomics-based ALGO_0s need none); where they cannot run
+# a problem, the first supported algorithm of PREFERENCE takes the role (``zero_workspace_algo``).
+ZERO_WORKSPACE = {"FWD": "IMPLICIT_GEMM", "BWD_DATA": "ALGO_0", "BWD_FILTER": "ALGO_0"}
 # Algorithms that have Tensor Core (CUDNN_TENSOR_OP_MATH) versions.
 TENSOR_OP = {
     "FWD": frozenset({"IMPLICIT_PRECOMP_GEMM", "WINOGRAD_NONFUSED"}),
@@ -285,6 +289,20 @@ def unsupported(direction: str, algo: str, p: Problem) -> "str | None":
     if None in reasons:
         return None
     return "; or ".join(dict.fromkeys(reasons))
+
+
+def zero_workspace_algo(direction: str, p: Problem) -> "str | None":
+    """The algorithm (suffix) that runs problem ``p`` with no workspace at all: the direction's
+    ZERO_WORKSPACE algorithm when the tables support it, else the first supported algorithm in
+    PREFERENCE order; None when no algorithm supports ``p``.  The legacy layer marks the conv op
+    of that algorithm ``zero_workspace`` and the engines honour it (the cudnn engine takes only
+    configs without workspace or declines; the cupy and reference engines never need any), so
+    Get*_v7/Find* always list a SUCCESS algorithm with memory 0 for a supported problem, as
+    CuPy's ``max_workspace_size=0`` callers need (issue 13 item 8)."""
+    for name in (ZERO_WORKSPACE[direction],) + PREFERENCE[direction]:
+        if unsupported(direction, name, p) is None:
+            return name
+    return None
 
 
 class CuDNNAlgoPerf:

@@ -3,7 +3,8 @@ reference engine).  ``CUDNN_COMPAT_DEVICE=cpu|gpu`` overrides the automatic choi
 from __future__ import annotations
 
 import functools
-import os
+
+from _backend import config as _config
 
 
 @functools.lru_cache(maxsize=None)
@@ -21,7 +22,7 @@ def gpu_reason() -> "str | None":
 
 
 def default_place() -> str:
-    want = os.environ.get("CUDNN_COMPAT_DEVICE", "").strip().lower()
+    want = _config.get("CUDNN_COMPAT_DEVICE") or ""
     if want in ("cpu", "gpu"):
         return want
     return "gpu" if gpu_reason() is None else "cpu"

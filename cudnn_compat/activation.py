@@ -37,8 +37,9 @@ import numpy as np
 from _backend import dtypes
 from _backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
-from ._data import same_buffer, scalar
+from ._data import not_library_object, same_buffer, scalar
 from ._descriptor import Descriptor, resolve
+from ._memo import Memo
 from ._registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -196,31 +197,49 @@ def require_spatial_packed(desc, argname: str) -> None:
             raise not_supported(argname, f"tensors over 5 dims must be packed in their spatial dims (strides {strides})")
 
 
+_FWD, _BWD = Memo("cudnnActivationForward"), Memo("cudnnActivationBackward")
+
+
 @legacy("cudnnActivationForward", cupy="activationForward_v4")
 def activationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y) -> None:
     """y = alpha*act(x) + beta*y (002 §3.2.1).  BAD_PARAM: invalid mode (IDENTITY included),
-    x/y dims or data type differ, in-place (x == y) with different strides."""
+    x/y dims or data type differ, in-place (x == y) with different strides.  The descriptor
+    checks run once per combination of settings (``_memo``)."""
     h = get_handle(handle)
     d = activation_desc(activationDesc)
-    _legacy_mode(d)
+    if not MODES[d.mode].legacy:
+        _legacy_mode(d)
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
-    check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
-    check(not same_buffer(x, y) or xd.strides == yd.strides, "yDesc",
-          f"in-place (x == y) needs equal strides (x {xd.strides}, y {yd.strides})")
-    require_dtype(xd, "xDesc", FORWARD_DTYPES)
-    require_spatial_packed(xd, "xDesc")
-    require_spatial_packed(yd, "yDesc")
-    dbl = xd.dtype == "float64"
+    mk = (id(d._key or d.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
+    m = _FWD.get(mk)
+    if m is None:
+        mk, m = _FWD.canonical((), (d, xd, yd))
+    if m is None:
+        check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
+        check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
+        _in_place(x, y, xd, yd, "x", "y", "yDesc")
+        require_dtype(xd, "xDesc", FORWARD_DTYPES)
+        require_spatial_packed(xd, "xDesc")
+        require_spatial_packed(yd, "yDesc")
+        attrs = _attrs(d, MODES[d.mode].forward)
+        keys = tuple(("ActivationForward", d.key(), xd.key(), yd.key(), bz) for bz in (False, True))
+        m = _FWD.put(mk, (xd.dtype == "float64", attrs, xd.strides == yd.strides, keys), (d.key(), xd.key(), yd.key()))
+    dbl, attrs, same_strides, keys = m
+    if not same_strides:
+        _in_place(x, y, xd, yd, "x", "y", "yDesc")
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
-    attrs = _attrs(d, MODES[d.mode].forward)
 
     def build():
-        return OperationGraph(blended("Pointwise", {"x": xd.ir(X, "x")}, "y", yd.ir(Y, "y"), b == 0, attrs),
+        return OperationGraph(blended("Pointwise", {"x": xd.ir(X, "x")}, "y", yd.ir(Y, "y"), b == 0, dict(attrs)),
                               "ActivationForward")
 
-    run(h, ("ActivationForward", d.key(), xd.key(), yd.key(), b == 0), build,
-        {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+    run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+
+
+def _in_place(a, b, ad, bd, an: str, bn: str, argname: str) -> None:
+    """BAD_PARAM when ``a`` and ``b`` are one buffer but their descriptors' strides differ."""
+    check(not same_buffer(a, b) or ad.strides == bd.strides, argname,
+          f"in-place ({an} == {bn}) needs equal strides ({an} {ad.strides}, {bn} {bd.strides})")
 
 
 @legacy("cudnnActivationBackward", cupy="activationBackward_v4")
@@ -231,30 +250,42 @@ def activationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDes
     x/dx strides differ."""
     h = get_handle(handle)
     d = activation_desc(activationDesc)
-    act = _legacy_mode(d)
+    act = MODES[d.mode]
+    if not act.legacy:
+        _legacy_mode(d)
     yd, dyd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc")
     xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dxDesc, "dxDesc")
-    check(not same_buffer(dy, dx) or dyd.strides == dxd.strides, "dxDesc",
-          f"in-place (dy == dx) needs equal strides (dy {dyd.strides}, dx {dxd.strides})")
-    for name, t in (("dyDesc", dyd), ("xDesc", xd), ("dxDesc", dxd)):
-        check(t.dims == yd.dims, name, f"dims {t.dims} must equal yDesc's {yd.dims}", NOT_SUPPORTED)
-        check(t.dataType == yd.dataType, name, "data type must equal yDesc's", NOT_SUPPORTED)
-    check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} must equal yDesc's {yd.strides}", NOT_SUPPORTED)
-    check(xd.strides == dxd.strides, "dxDesc", f"strides {dxd.strides} must equal xDesc's {xd.strides}", NOT_SUPPORTED)
-    require_dtype(yd, "yDesc", BACKWARD_DTYPES)
-    for name, t in (("yDesc", yd), ("dxDesc", dxd)):
-        require_spatial_packed(t, name)
-    dbl = yd.dtype == "float64"
+    mk = (id(d._key or d.key()), id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(xd._key or xd.key()),
+          id(dxd._key or dxd.key()))
+    m = _BWD.get(mk)
+    if m is None:
+        mk, m = _BWD.canonical((), (d, yd, dyd, xd, dxd))
+    if m is None:
+        _in_place(dy, dx, dyd, dxd, "dy", "dx", "dxDesc")
+        for name, t in (("dyDesc", dyd), ("xDesc", xd), ("dxDesc", dxd)):
+            check(t.dims == yd.dims, name, f"dims {t.dims} must equal yDesc's {yd.dims}", NOT_SUPPORTED)
+            check(t.dataType == yd.dataType, name, "data type must equal yDesc's", NOT_SUPPORTED)
+        check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} must equal yDesc's {yd.strides}", NOT_SUPPORTED)
+        check(xd.strides == dxd.strides, "dxDesc", f"strides {dxd.strides} must equal xDesc's {xd.strides}", NOT_SUPPORTED)
+        require_dtype(yd, "yDesc", BACKWARD_DTYPES)
+        for name, t in (("yDesc", yd), ("dxDesc", dxd)):
+            require_spatial_packed(t, name)
+        attrs = _attrs(d, act.backward, yd.dtype if act.reads == "y" else None)
+        keys = tuple(("ActivationBackward", d.key(), yd.key(), dyd.key(), xd.key(), dxd.key(), bz) for bz in (False, True))
+        m = _BWD.put(mk, (yd.dtype == "float64", attrs, act.reads, dyd.strides == dxd.strides, keys),
+                     (d.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
+    dbl, attrs, reads, same_strides, keys = m
+    if not same_strides:
+        _in_place(dy, dx, dyd, dxd, "dy", "dx", "dxDesc")
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
-    attrs = _attrs(d, act.backward, yd.dtype if act.reads == "y" else None)
-    src_uid, src_desc, src_data = (Y, yd, y) if act.reads == "y" else (X, xd, x)
+    src_uid, src_desc, src_data = (Y, yd, y) if reads == "y" else (X, xd, x)
+    not_library_object(x if reads == "y" else y, "x" if reads == "y" else "y")  # the unread one: still no descriptor
 
     def build():
-        ins = {"x": dyd.ir(DY, "dy"), "b": src_desc.ir(src_uid, act.reads)}
-        return OperationGraph(blended("Pointwise", ins, "y", dxd.ir(DX, "dx"), b == 0, attrs), "ActivationBackward")
+        ins = {"x": dyd.ir(DY, "dy"), "b": src_desc.ir(src_uid, reads)}
+        return OperationGraph(blended("Pointwise", ins, "y", dxd.ir(DX, "dx"), b == 0, dict(attrs)), "ActivationBackward")
 
-    run(h, ("ActivationBackward", d.key(), yd.key(), dyd.key(), xd.key(), dxd.key(), b == 0), build,
-        {DY: (dy, "dy"), src_uid: (src_data, act.reads), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
+    run(h, keys[b == 0], build, {DY: (dy, "dy"), src_uid: (src_data, reads), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
 
 
 # CuPy 13 spelled these activationForward_v4/activationBackward_v4; the plain names also work.

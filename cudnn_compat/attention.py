@@ -39,6 +39,7 @@ import numpy as np
 from _backend import dtypes
 from . import _bound_graph as bg
 from ._call import compute_dtype
+from ._data import preflight
 from ._descriptor import Descriptor, resolve
 from ._registry import legacy
 from .ctc import host_ints, on_place
@@ -694,6 +695,33 @@ def _windows(loWinIdx, hiWinIdx, rows):
     return lo[rows].astype(np.int64), hi[rows].astype(np.int64)
 
 
+def _seq_spec(a, d) -> tuple:
+    """(dtype, bytes) a sequence-data buffer described by ``d`` must hold."""
+    n = 1
+    for v in d.dimA:
+        n *= int(v)
+    return a.dtype, n * dtypes.itemsize(a.dtype)
+
+
+def _checked(h, a, seqs, weights=(), reserve=None, workspace=None) -> list:
+    """``_data.preflight`` of every buffer of an attention call, before its graph runs (a rejected
+    call writes nothing): ``seqs`` (data, descriptor, argname, written); ``weights`` (data,
+    argname, written) of the weight layout's size; the reserve space and workspace are untyped
+    (reserve: (data, bytes, written)); NULL workspace is skipped.  Returns the checked buffers
+    in that order (the reserve space last, as bytes, when given)."""
+    total = weight_layout(a)[1]
+    items = [(data, _seq_spec(a, d), name, w) for data, d, name, w in seqs]
+    items += [(data, (a.dtype, total), name, w) for data, name, w in weights if total]
+    if reserve is not None:
+        items.append((reserve[0], (None, reserve[1]), "reserveSpace", reserve[2]))
+    if not bg.is_null(workspace):
+        items.append((workspace, (None, 0), "workSpace", True))
+    out = preflight(h, items)
+    if not total:  # no weights: the (unused) weight buffers stay as given
+        out[len(seqs):len(seqs)] = [data for data, _n, _w in weights]
+    return out
+
+
 def _run(h, a, name, cfg, build, buffers, extra_key=()):
     key = ("MultiHeadAttn" + name, cfg) + tuple(extra_key)
     bound = bg.prepare(key, build)
@@ -734,6 +762,16 @@ def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLe
         need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
         _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
     mask, row_mask = _window_mask(a, q, k, lo, hi, np.array(rows), cfg.ct)
+    seqs = [(queries, q, "queries", False), (keys, k, "keys", False), (values, v, "values", False), (out, o, "out", True)]
+    if with_res:
+        seqs.append((residuals, q, "residuals", False))
+    checked = _checked(h, a, seqs, [(weights, "weights", False)], (reserveSpace, need, True) if training else None,
+                       workSpace)
+    queries, keys, values, out = checked[:4]
+    residuals = checked[4] if with_res else residuals
+    weights = checked[len(seqs)]
+    if training:
+        reserveSpace = checked[len(seqs) + 1]
 
     def build():
         g = _Graph("MultiHeadAttnForward", cfg)
@@ -770,8 +808,13 @@ def multiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLength
     rows = list(range(q.dimA[TIME]))
     lo, hi = _windows(loWinIdx, hiWinIdx, rows)
     cfg = _cfg(a, q, k, v, o, len(rows))
-    _check_reserve(_reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk), reserveSpace, reserveSpaceSizeInBytes)
+    need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
+    _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
     mask, row_mask = _window_mask(a, q, k, lo, hi, np.array(rows), cfg.ct)
+    dout, dqueries, queries, dkeys, keys, dvalues, values, weights, _rs = _checked(
+        h, a, [(dout, o, "dout", False), (dqueries, q, "dqueries", True), (queries, q, "queries", False),
+               (dkeys, k, "dkeys", True), (keys, k, "keys", False), (dvalues, v, "dvalues", True),
+               (values, v, "values", False)], [(weights, "weights", False)], (reserveSpace, need, False), workSpace)[:9]
 
     def build():
         g = _Graph("MultiHeadAttnBackwardData", cfg)
@@ -802,7 +845,12 @@ def multiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDes
     if total:
         _check_weights(a, dweights, weightSizeInBytes, "dweights")
     cfg = _cfg(a, q, k, v, o, q.dimA[TIME])
-    _check_reserve(_reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk), reserveSpace, reserveSpaceSizeInBytes)
+    need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
+    _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
+    queries, keys, values, dout, weights, dweights, reserveSpace = _checked(
+        h, a, [(queries, q, "queries", False), (keys, k, "keys", False), (values, v, "values", False),
+               (dout, o, "dout", False)], [(weights, "weights", False), (dweights, "dweights", True)],
+        (reserveSpace, need, False), workSpace)[:7]
     if total == 0:
         return  # no projections: nothing is trainable
     add = int(addGrad) == WGRAD["CUDNN_WGRAD_MODE_ADD"]

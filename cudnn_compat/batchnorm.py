@@ -33,7 +33,8 @@ import numbers
 
 from _backend.ir import Operation, OperationGraph, Tensor, scalar as scalar_tensor, virtual
 from ._call import ALPHA, BETA, Y_PRIOR_OFFSET, blend, compute_dtype, plan_for, run
-from ._data import scalar
+from ._data import preflight, scalar
+from ._memo import Memo, arrays
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -119,6 +120,8 @@ def _check_param(pd, xd, mode, argname):
 
 
 def _check_eps(epsilon) -> float:
+    if type(epsilon) is float and epsilon >= MIN_EPSILON:  # the common case, no message made
+        return epsilon
     try:
         eps = float(epsilon)
     except (TypeError, ValueError):
@@ -242,29 +245,52 @@ def deriveBNTensorDescriptor(derivedBnDesc, xDesc, mode) -> None:
 
 # -- forward -------------------------------------------------------------------------
 
+_INFER, _TRAIN, _BACK = Memo("cudnnBatchNormalizationForwardInference"), Memo("cudnnBatchNormalizationForwardTraining"), \
+    Memo("cudnnBatchNormalizationBackward")
+_MODES = frozenset(BN.values())
+
+
+def _mk(mode, *descs) -> tuple:
+    return (mode,) + tuple(id(d._key or d.key()) for d in descs)
+
+
 @legacy("cudnnBatchNormalizationForwardInference")
 def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc,
                                        bnScale, bnBias, estimatedMean, estimatedVariance, epsilon) -> None:
-    """y = alpha*(bnBias + bnScale*(x - mean)/sqrt(eps + var)) + beta*y (002 §3.2.3)."""
+    """y = alpha*(bnBias + bnScale*(x - mean)/sqrt(eps + var)) + beta*y (002 §3.2.3).  The
+    descriptor checks run once per combination of settings (``_memo``)."""
     h = get_handle(handle)
-    _check_mode(mode)
-    for p, n in ((x, "x"), (y, "y"), (bnScale, "bnScale"), (bnBias, "bnBias"), (estimatedMean, "estimatedMean"),
-                 (estimatedVariance, "estimatedVariance")):
-        _need(p, n)
-    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
-    _check_rank(xd, "xDesc")
-    _check_like(yd, xd, "yDesc")
-    _check_param(pd, xd, mode, "bnScaleBiasMeanVarDesc")
-    eps = _check_eps(epsilon)
-    _check_dtype(xd, INFER_DTYPES)
-    dbl = xd.dtype == "float64"
+    m = None
+    if type(mode) is int and mode in _MODES and arrays((x, y, bnScale, bnBias, estimatedMean, estimatedVariance)):
+        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+        pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
+        mk = (mode, id(xd._key or xd.key()), id(yd._key or yd.key()), id(pd._key or pd.key()))
+        m = _INFER.get(mk)
+        if m is None:
+            mk, m = _INFER.canonical((mode,), (xd, yd, pd))
+    if m is None:
+        _check_mode(mode)
+        for p, n in ((x, "x"), (y, "y"), (bnScale, "bnScale"), (bnBias, "bnBias"), (estimatedMean, "estimatedMean"),
+                     (estimatedVariance, "estimatedVariance")):
+            _need(p, n)
+        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+        pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
+        _check_rank(xd, "xDesc")
+        _check_like(yd, xd, "yDesc")
+        _check_param(pd, xd, mode, "bnScaleBiasMeanVarDesc")
+        eps = _check_eps(epsilon)
+        _check_dtype(xd, INFER_DTYPES)
+        keys = tuple(("BatchNormForwardInference", int(mode), xd.key(), yd.key(), pd.key(), bz) for bz in (False, True))
+        m = _INFER.put(_mk(int(mode), xd, yd, pd), (xd.dtype == "float64", keys), (xd.key(), yd.key(), pd.key()))
+    else:
+        eps = _check_eps(epsilon)
+    dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
     def build():
         return _inference_graph(mode, xd, pd, yd, b == 0)
 
-    run(h, ("BatchNormForwardInference", int(mode), xd.key(), yd.key(), pd.key(), b == 0), build,
+    run(h, keys[b == 0], build,
         {X: (x, "x"), Y: (y, "y"), SCALE: (bnScale, "bnScale"), BIAS: (bnBias, "bnBias"),
          MEAN: (estimatedMean, "estimatedMean"), VAR: (estimatedVariance, "estimatedVariance")},
         {ALPHA: a, BETA: b, EPS: eps})
@@ -312,6 +338,8 @@ def _forward_training(h, mode, bnOps, alpha, beta, xDesc, x, zDesc, z, yDesc, y,
         tensors.update({RMEAN: (resultRunningMean, "resultRunningMean"), RVAR: (resultRunningVariance, "resultRunningVariance")})
     if saved:
         tensors.update({SMEAN: (resultSaveMean, "resultSaveMean"), SINV: (resultSaveInvVariance, "resultSaveInvVariance")})
+    if ex:
+        tensors = _ex_names(tensors)
     run(h, key, build, tensors, {ALPHA: a, BETA: b, EPS: eps, FACTOR: factor}, workspace, workspace_size,
         "workSpaceSizeInBytes" if ex else None)
 
@@ -335,10 +363,55 @@ def _ex_forward_parts(bnOps, xd, zDesc, activationDesc):
 def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale,
                                       bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance,
                                       epsilon, resultSaveMean, resultSaveInvVariance) -> None:
-    """002 §4.1.4; see the module docstring for the formulas."""
-    _forward_training(get_handle(handle), mode, OPS_BN, alpha, beta, xDesc, x, None, None, yDesc, y,
-                      bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean,
-                      resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, None)
+    """002 §4.1.4; see the module docstring for the formulas.  The descriptor checks run once
+    per combination of settings (``_memo``); the first call goes the general way."""
+    h = get_handle(handle)
+    m = None
+    if type(mode) is int and mode in _MODES and arrays((x, y, bnScale, bnBias)):
+        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+        pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
+        mk = (mode, id(xd._key or xd.key()), id(yd._key or yd.key()), id(pd._key or pd.key()))
+        m = _TRAIN.get(mk)
+        if m is None:
+            mk, m = _TRAIN.canonical((mode,), (xd, yd, pd))
+    if m is None:
+        _forward_training(h, mode, OPS_BN, alpha, beta, xDesc, x, None, None, yDesc, y,
+                          bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean,
+                          resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, None)
+        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")  # checked by the call above
+        pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
+        keys = {(r, s_, bz): ("BatchNormForwardTraining", int(mode), xd.key(), yd.key(), pd.key(), r, s_, bz, None, None)
+                for r in (False, True) for s_ in (False, True) for bz in (False, True)}
+        _TRAIN.put(_mk(int(mode), xd, yd, pd), (xd.dtype == "float64", _count(mode, xd) < 2, keys),
+                   (xd.key(), yd.key(), pd.key()))
+        return
+    dbl, single, keys = m
+    if arrays((resultSaveMean, resultSaveInvVariance, resultRunningMean, resultRunningVariance)):
+        saved = running = True  # all four given: both pairs complete
+    else:
+        saved = _pair(resultSaveMean, resultSaveInvVariance, "resultSaveMean,resultSaveInvVariance")
+        running = _pair(resultRunningMean, resultRunningVariance, "resultRunningMean,resultRunningVariance")
+    eps = _check_eps(epsilon)
+    if running and single:
+        raise not_supported("xDesc", "updating the running variance needs at least 2 values per channel "
+                                     "(the unbiased variance of one value is undefined)")
+    try:
+        factor = float(exponentialAverageFactor)
+    except (TypeError, ValueError):
+        raise bad_param("exponentialAverageFactor", f"must be a number, got {exponentialAverageFactor!r}") from None
+    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
+
+    def build():
+        return _training_graph(mode, xd, pd, yd, running, saved, b == 0, None, None, "BatchNormForwardTraining")
+
+    tensors = {X: (x, "x"), Y: (y, "y"), SCALE: (bnScale, "bnScale"), BIAS: (bnBias, "bnBias")}
+    if running:
+        tensors[RMEAN] = (resultRunningMean, "resultRunningMean")
+        tensors[RVAR] = (resultRunningVariance, "resultRunningVariance")
+    if saved:
+        tensors[SMEAN] = (resultSaveMean, "resultSaveMean")
+        tensors[SINV] = (resultSaveInvVariance, "resultSaveInvVariance")
+    run(h, keys[(running, saved, b == 0)], build, tensors, {ALPHA: a, BETA: b, EPS: eps, FACTOR: factor})
 
 
 @legacy("cudnnBatchNormalizationForwardTrainingEx")
@@ -350,10 +423,33 @@ def batchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, xDesc,
     """y = alpha*act(BN(x) [+ z]) + beta*y (002 §4.1.5)."""
     h = get_handle(handle)
     _check_sizes(workSpaceSizeInBytes, reserveSpaceSizeInBytes)
+    unbound_buffers(h, [(reserveSpace, "reserveSpace", True)])
     _forward_training(h, mode, bnOps, alpha, beta, xDesc, xData, zDesc, zData, yDesc, yData, bnScaleBiasMeanVarDesc,
                       bnScaleData, bnBiasData, exponentialAverageFactor, resultRunningMeanData,
                       resultRunningVarianceData, epsilon, saveMean, saveInvVariance, activationDesc,
                       workspace, int(workSpaceSizeInBytes), ex=True)
+
+
+# the C parameter names of the Ex calls (002 §4.1.3, §4.1.5), for messages naming the argument
+_EX_NAMES = {"x": "xData", "y": "yData", "z": "zData", "dy": "dyData", "dz": "dzData", "dx": "dxData",
+             "bnScale": "bnScaleData", "bnBias": "bnBiasData", "resultRunningMean": "resultRunningMeanData",
+             "resultRunningVariance": "resultRunningVarianceData", "resultSaveMean": "saveMean",
+             "resultSaveInvVariance": "saveInvVariance", "resultBnScaleDiff": "dBnScaleData",
+             "resultBnBiasDiff": "dBnBiasData"}
+
+
+def _ex_names(tensors: dict) -> dict:
+    return {uid: (data, _EX_NAMES.get(name, name)) for uid, (data, name) in tensors.items()}
+
+
+def unbound_buffers(h, items) -> None:
+    """Buffers an Ex call takes but no graph binds (the reserve space, which this library's
+    graphs do not need; bnBiasData of the backward): checked like bound ones (NULL allowed), so
+    a descriptor or a CPU-place int there is BAD_PARAM before anything is written.  ``items``:
+    (data, argname, written)."""
+    given = [(data, (None, 0), name, written) for data, name, written in items if not _null(data)]
+    if given:
+        preflight(h, given)
 
 
 def _check_sizes(workspace_size, reserve_size):
@@ -435,6 +531,8 @@ def _backward(h, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaP
         tensors[DZ] = (dz, "dz")
     if saved:
         tensors.update({MEAN: (savedMean, "savedMean"), VAR: (savedInvVariance, "savedInvVariance")})
+    if ex:
+        tensors = _ex_names(tensors)
     run(h, _backward_key(mode, xd, yd, dyd, dzd, dxd, pd, act_key, saved, bd == 0, bp == 0), build, tensors,
         {ALPHA: ad, BETA: bd, ALPHA_P: ap, BETA_P: bp, EPS: eps}, workspace, workspace_size,
         "workSpaceSizeInBytes" if ex else None)
@@ -444,10 +542,42 @@ def _backward(h, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaP
 def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x,
                                dyDesc, dy, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff,
                                resultBnBiasDiff, epsilon, savedMean, savedInvVariance) -> None:
-    """dx, dscale, dbias of the training forward (002 §4.1.2)."""
-    _backward(get_handle(handle), mode, OPS_BN, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x,
-              None, None, dyDesc, dy, None, None, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff,
-              resultBnBiasDiff, epsilon, savedMean, savedInvVariance, None)
+    """dx, dscale, dbias of the training forward (002 §4.1.2).  The descriptor checks run once
+    per combination of settings (``_memo``); the first call goes the general way."""
+    h = get_handle(handle)
+    m = None
+    if type(mode) is int and mode in _MODES and arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff)):
+        xd, dyd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
+        pd = tensor_desc(bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")
+        mk = (mode, id(xd._key or xd.key()), id(dyd._key or dyd.key()), id(dxd._key or dxd.key()), id(pd._key or pd.key()))
+        m = _BACK.get(mk)
+        if m is None:
+            mk, m = _BACK.canonical((mode,), (xd, dyd, dxd, pd))
+    if m is None:
+        _backward(h, mode, OPS_BN, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x,
+                  None, None, dyDesc, dy, None, None, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff,
+                  resultBnBiasDiff, epsilon, savedMean, savedInvVariance, None)
+        xd, dyd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
+        pd = tensor_desc(bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")
+        keys = {(s_, bd0, bp0): _backward_key(mode, xd, None, dyd, None, dxd, pd, None, s_, bd0, bp0)
+                for s_ in (False, True) for bd0 in (False, True) for bp0 in (False, True)}
+        _BACK.put(_mk(int(mode), xd, dyd, dxd, pd), (xd.dtype == "float64", keys), (xd.key(), dyd.key(), dxd.key(), pd.key()))
+        return
+    dbl, keys = m
+    saved = True if arrays((savedMean, savedInvVariance)) else _pair(savedMean, savedInvVariance, "savedMean,savedInvVariance")
+    eps = _check_eps(epsilon)
+    ad, bd = scalar(alphaDataDiff, "alphaDataDiff", dbl), scalar(betaDataDiff, "betaDataDiff", dbl)
+    ap, bp = scalar(alphaParamDiff, "alphaParamDiff", dbl), scalar(betaParamDiff, "betaParamDiff", dbl)
+
+    def build():
+        return _backward_graph(mode, xd, dyd, dxd, pd, saved, bd == 0, bp == 0, None, None, None, "BatchNormBackward")
+
+    tensors = {X: (x, "x"), DY: (dy, "dy"), DX: (dx, "dx"), SCALE: (bnScale, "bnScale"),
+               DSCALE: (resultBnScaleDiff, "resultBnScaleDiff"), DBIAS: (resultBnBiasDiff, "resultBnBiasDiff")}
+    if saved:
+        tensors[MEAN] = (savedMean, "savedMean")
+        tensors[VAR] = (savedInvVariance, "savedInvVariance")
+    run(h, keys[(saved, bd == 0, bp == 0)], build, tensors, {ALPHA: ad, BETA: bd, ALPHA_P: ap, BETA_P: bp, EPS: eps})
 
 
 @legacy("cudnnBatchNormalizationBackwardEx")
@@ -459,6 +589,7 @@ def batchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDataDif
     """002 §4.1.3: the activation backward through y, dz (ADD_ACTIVATION), then the BN backward."""
     h = get_handle(handle)
     _check_sizes(workSpaceSizeInBytes, reserveSpaceSizeInBytes)
+    unbound_buffers(h, [(reserveSpace, "reserveSpace", False), (bnBiasData, "bnBiasData", False)])
     _backward(h, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData,
               dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dBnScaleBiasDesc, bnScaleData, dBnScaleData, dBnBiasData,
               epsilon, savedMean, savedInvVariance, activationDesc, workspace, int(workSpaceSizeInBytes), ex=True)

@@ -24,6 +24,10 @@ import json
 import os
 import platform
 import sys
+import warnings
+
+
+from .errors import CuDNNError
 
 
 def _version_of(module: str):
@@ -49,17 +53,111 @@ def _gpu():
         return None, f"{type(e).__name__}: {e}"
 
 
-def _libcudnn():
-    """{'path', 'version', 'found_via'} or {'reason'}: libcudnn located with cuda.pathfinder."""
+# -- libcudnn and the CUDA major version -------------------------------------------------------------
+
+CUDNN_WHEELS = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11", "nvidia-cudnn")
+EXTRAS = {12: "cuda12", 13: "cuda13"}  # pyproject.toml [project.optional-dependencies]
+
+
+def _distributions() -> dict:
+    """{normalised distribution name: version} of what is installed."""
+    from importlib import metadata
+    out = {}
+    for d in metadata.distributions():
+        name = (d.metadata.get("Name") or "").lower().replace("_", "-")
+        if name:
+            out.setdefault(name, d.version)
+    return out
+
+
+def _driver_cuda_major() -> "int | None":
+    """The CUDA major version the installed driver supports (libcuda's cuDriverGetVersion), or None."""
     try:
-        from cuda import pathfinder
-    except Exception as e:
-        return {"reason": f"cuda.pathfinder is not importable ({type(e).__name__}: {e}); "
-                          "install cuda-pathfinder (or cuda-python) and nvidia-cudnn-cu12/-cu13"}
+        lib = ctypes.CDLL("libcuda.so.1")
+        v = ctypes.c_int(0)
+        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
+            return v.value // 1000
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
+def cuda_major(dists: "dict | None" = None, driver=_driver_cuda_major) -> tuple:
+    """(CUDA major, where it was found) of this environment, or (None, why not).  In order: the
+    CUDA of an installed CuPy wheel (cupy-cuda12x), of NVIDIA's CUDA wheels (nvidia-*-cu12, or
+    nvidia-cuda-* / cuda-bindings / cuda-python versioned 12.x or 13.x), then the driver's."""
+    dists = _distributions() if dists is None else dists
+    import re
+    found = []
+    for name, version in sorted(dists.items()):
+        m = re.fullmatch(r"cupy-cuda(\d+)x", name)
+        if m:
+            found.append((0, int(m.group(1)), f"{name} {version}"))
+            continue
+        m = re.fullmatch(r"nvidia-.+-cu(\d+)", name)
+        if m:
+            found.append((1, int(m.group(1)), f"{name} {version}"))
+            continue
+        if name.startswith("nvidia-cuda-") or name in ("cuda-bindings", "cuda-python"):
+            major = re.match(r"(\d+)\.", version or "")
+            if major and int(major.group(1)) >= 11:
+                found.append((2 if name.startswith("nvidia-") else 3, int(major.group(1)), f"{name} {version}"))
+    if found:
+        _, major, where = min(found)
+        return major, where
+    d = driver()
+    if d:
+        return d, "the NVIDIA driver (libcuda)"
+    return None, "no CUDA wheel, CuPy or NVIDIA driver was found"
+
+
+def install_hint(major: "int | None") -> str:
+    if major in EXTRAS:
+        return f"pip install 'cudnn-compat[{EXTRAS[major]}]'"
+    return "pip install 'cudnn-compat[cuda12]' or 'cudnn-compat[cuda13]' (the one matching your CUDA driver)"
+
+
+def _system_libcudnn() -> "str | None":
+    import ctypes.util
     try:
-        loaded = pathfinder.load_nvidia_dynamic_lib("cudnn")
+        return ctypes.util.find_library("cudnn")
+    except Exception:  # noqa: BLE001 - ldconfig/gcc missing or failing: nothing found
+        return None
+
+
+def _libcudnn(dists: "dict | None" = None, load=None, system=_system_libcudnn):
+    """{'path', 'version', 'found_via'} or {'reason', ...}: libcudnn located with cuda.pathfinder.
+    When it cannot be loaded the reason names the cause first: no nvidia-cudnn wheel installed (the
+    loader's own complaint about a dependency, e.g. libcublasLt, comes from that) or the dependency
+    of an installed wheel that is missing; 'install' is the extra to install for the CUDA found."""
+    dists = _distributions() if dists is None else dists
+    wheels = {n: dists[n] for n in CUDNN_WHEELS if n in dists}
+    major, major_from = cuda_major(dists)
+    hint = {"cudnn_wheels": [f"{n} {v}" for n, v in wheels.items()], "cuda_major": major,
+            "cuda_major_from": major_from, "install": install_hint(major)}
+    if load is None:
+        try:
+            from cuda import pathfinder
+        except Exception as e:
+            return {"reason": f"cuda.pathfinder is not importable ({type(e).__name__}: {e}); "
+                              f"install the CUDA extra: {hint['install']}", "loader_error": str(e), **hint}
+        load = pathfinder.load_nvidia_dynamic_lib
+    try:
+        loaded = load("cudnn")
     except Exception as e:
-        return {"reason": f"cuda.pathfinder could not load cudnn ({type(e).__name__}: {e})"}
+        detail = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        system = system()
+        if system and not wheels:
+            reason = (f"no nvidia-cudnn wheel is installed and the system {system} could not be loaded ({detail}); "
+                      f"or install the wheels: {hint['install']}")
+        elif not wheels:
+            cuda = f"CUDA {major} (from {major_from})" if major else major_from
+            reason = (f"no nvidia-cudnn wheel is installed ({' / '.join(CUDNN_WHEELS[:2])}) and no system libcudnn "
+                      f"was found; {cuda}: {hint['install']}")
+        else:
+            reason = (f"{', '.join(hint['cudnn_wheels'])} is installed but libcudnn could not be loaded ({detail}); "
+                      f"its CUDA libraries come with {hint['install']}")
+        return {"reason": reason, "loader_error": detail, **hint}
     out = {"path": loaded.abs_path, "found_via": getattr(loaded, "found_via", "cuda.pathfinder")}
     try:
         lib = ctypes.CDLL(loaded.abs_path) if loaded.abs_path else None
@@ -87,30 +185,64 @@ def _engines() -> list:
     return rows
 
 
+def _configuration() -> list:
+    """Every variable of ``_backend.config``: its raw value, the value used, whether it was understood."""
+    from _backend import config
+    from _backend import REGISTRY
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", config.ConfigWarning)  # the doctor reports them itself
+        for st in config.report():
+            var = config.TABLE[st.name]
+            note = st.problem
+            if st.name == "CUDNN_COMPAT_ENGINE" and st.value and st.value not in REGISTRY.engines:
+                note = f"no engine named {st.value!r} (known: {', '.join(sorted(REGISTRY.engines))}): every graph is NOT_SUPPORTED"
+            rows.append({"name": st.name, "scope": var.scope, "set": st.is_set, "raw": st.raw,
+                         "value": st.value, "default": var.default, "understood": st.understood, "note": note,
+                         "accepts": var.values})
+    return rows
+
+
 def doctor_report() -> dict:
     import cudnn_compat as cc
+    from _backend import config
     from ._place import default_place
     numpy_v, numpy_why = _version_of("numpy")
     cupy_v, cupy_why = _version_of("cupy")
     gpu, gpu_why = _gpu()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", config.ConfigWarning)
+        place = default_place()
     return {
         "cudnn_compat": cc.__version__,
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "numpy": {"version": numpy_v, "reason": numpy_why},
         "cupy": {"version": cupy_v, "reason": cupy_why},
         "gpu": {"name": gpu, "reason": gpu_why},
-        "default_place": default_place(),
-        "CUDNN_COMPAT_DEVICE": os.environ.get("CUDNN_COMPAT_DEVICE"),
-        "CUDNN_COMPAT_ENGINE": os.environ.get("CUDNN_COMPAT_ENGINE"),
+        "default_place": place,
+        "CUDNN_COMPAT_DEVICE": config.setting("CUDNN_COMPAT_DEVICE").raw,
+        "CUDNN_COMPAT_ENGINE": config.setting("CUDNN_COMPAT_ENGINE").raw,
         "libcudnn": _libcudnn(),
         "legacy_functions": len(cc.LEGACY),
         "reported_version": cc.cudnnGetVersion(),
         "engines": _engines(),
+        "configuration": _configuration(),
     }
 
 
 def _either(d: dict, key: str) -> str:
     return str(d[key]) if d.get(key) else f"absent: {d.get('reason')}"
+
+
+def _config_line(c: dict) -> str:
+    default = "unset" if c["default"] is None else repr(c["default"])
+    if not c["set"]:
+        state = "unset" + ("" if c["default"] is None else f" -> {default}")
+    elif not c["understood"]:
+        state = f"{c['raw']!r} NOT UNDERSTOOD ({c['note']}) -> the default ({default})"
+    else:
+        state = f"{c['raw']!r} -> {c['value']!r}" + (f"  ({c['note']})" if c["note"] else "")
+    return f"  {c['name']:<30} {state}"
 
 
 def format_doctor(r: dict) -> str:
@@ -133,12 +265,22 @@ def format_doctor(r: dict) -> str:
     for e in r["engines"]:
         state = "usable" if e["usable"] else f"not usable: {e['reason']}"
         lines.append(f"  {e['engine']:<12} [{', '.join(e['places'])}] {state}")
+    titles = {"library": "configuration (environment; README \"Environment\")", "tests": "test suite variables",
+              "external": "external variables honoured (read-only)"}
+    for scope, title in titles.items():
+        rows = [c for c in r["configuration"] if c["scope"] == scope]
+        if rows:
+            lines.append(title)
+            lines.extend(_config_line(c) for c in rows)
+    bad = [c["name"] for c in r["configuration"] if not c["understood"]]
+    if bad:
+        lines.append(f"not understood (the default is used): {', '.join(bad)}")
     return "\n".join(lines)
 
 
 def doctor(args) -> int:
     report = doctor_report()
-    print(json.dumps(report, indent=2) if args.json else format_doctor(report))
+    print(json.dumps(report, indent=2, default=str) if args.json else format_doctor(report))
     return 0
 
 
@@ -149,9 +291,18 @@ def demo(args) -> int:
         print("cudnn-compat demo: cannot run yet; these legacy functions are not registered "
               f"(their families have not landed): {', '.join(missing)}", file=sys.stderr)
         return 2
-    from ._place import default_place
+    from ._place import default_place, gpu_reason
     place = args.place or default_place()
-    rows = net.run(place, seed=args.seed, rtol=args.rtol)
+    why = gpu_reason() if place == "gpu" else None
+    if why:
+        how = "--place gpu" if args.place else "the default place (CUDNN_COMPAT_DEVICE=gpu)"
+        print(f"cudnn-compat demo: {how} needs a CUDA GPU with CuPy; here: {why} (try --place cpu)", file=sys.stderr)
+        return 2
+    try:
+        rows = net.run(place, seed=args.seed, rtol=args.rtol)
+    except CuDNNError as e:  # the setup failed (creating the handle, the descriptors): one line, no traceback
+        print(f"cudnn-compat demo: cannot run on the {place} place: {e}", file=sys.stderr)
+        return 2
     print(net.format_table(rows, place))
     bad = [r.op for r in rows if not r.ok]
     if bad:
@@ -290,13 +441,33 @@ def _add_trace_commands(sub) -> None:
     b.set_defaults(fn=bench)
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `yes | head` reports for yes
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away (``cudnn-compat explain t | head``): send whatever is still
+    buffered, and anything printed later, to /dev/null so the exit flush raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (captured): drop the stream
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
+
+
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
     if not getattr(args, "fn", None):
         p.print_help(sys.stderr)
         return 2
-    return args.fn(args)
+    try:
+        code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows up here at the latest
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,7 +25,7 @@ from _backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virt
 from . import _call
 from ._call import ALPHA, BETA, blend, compute_dtype
 from ._conv_algos import (CuDNNAlgoPerf, INT8_CONFIGS, Layout, MIXED_DTYPES, NON_DETERMINISTIC, PREFERENCE,
-                          Problem, TABLES, TENSOR_OP, config_of, unsupported)
+                          Problem, TABLES, TENSOR_OP, config_of, unsupported, zero_workspace_algo)
 from ._data import POINTER_MIN, extent_bytes, scalar
 from ._descriptor import Descriptor, resolve
 from ._registry import CUPY_NAMES, legacy
@@ -339,7 +339,9 @@ class ConvCall:
         out = ts[dr.out]
         ins = {dr.roles[i]: ts[i] for i in range(3) if i != dr.out}
         tmp = virtual(CONV_OUT, out.dims, self.cd.compute, f"{dr.roles[dr.out]}_conv")
-        return Operation(dr.kind, ins, {dr.roles[dr.out]: tmp}, self.cd.attrs(dr.enum_name(algo), math)), out
+        attrs = self.cd.attrs(dr.enum_name(algo), math)
+        attrs["zero_workspace"] = algo == zero_workspace_algo(dr.name, self.problem())  # _conv_algos
+        return Operation(dr.kind, ins, {dr.roles[dr.out]: tmp}, attrs), out
 
     def builder(self, algo: str, math: int, beta_zero: bool):
         def build():

@@ -30,8 +30,9 @@ import ctypes
 import numpy as np
 
 import _backend.validate  # noqa: F401  (registers the CTCLoss op kind)
+from _backend import dtypes
 from . import _bound_graph as bg
-from ._data import POINTER_MIN
+from ._data import POINTER_MIN, extent_bytes, library_object, preflight, raw_address, read_host
 from ._descriptor import Descriptor, resolve
 from ._registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
@@ -52,6 +53,10 @@ def host_ints(arg, count: int, argname: str, device: bool = False) -> np.ndarray
     """An int array argument as int32[count]: a list/tuple, a NumPy array, a host pointer int,
     or a CuPy / CUDA array; with ``device`` (a device-memory argument on the GPU place) a
     pointer int is a device pointer, copied to the host."""
+    if library_object(arg):  # a descriptor id is no address: never dereference it
+        raise bad_param(argname, f"is {arg!r}, not an int array or a pointer")
+    addr = raw_address(arg)  # a ctypes pointer: its address, as a pointer int
+    arg = arg if addr is None else addr
     if arg is None or (isinstance(arg, int) and not isinstance(arg, bool) and arg == 0):
         if count == 0:
             return np.zeros(0, np.int32)
@@ -64,7 +69,9 @@ def host_ints(arg, count: int, argname: str, device: bool = False) -> np.ndarray
             import cupy
             mem = cupy.cuda.UnownedMemory(arg, 4 * count, None)
             return cupy.ndarray((count,), cupy.int32, cupy.cuda.MemoryPointer(mem, 0)).get()
-        return np.ctypeslib.as_array((ctypes.c_int32 * count).from_address(arg)).copy()
+        raw = read_host(arg, 4 * count)  # None, never a fault, for an address that is not readable
+        check(raw is not None, argname, f"{arg:#x} is not a readable host pointer to {count} ints")
+        return np.frombuffer(raw, np.int32).copy()
     if hasattr(arg, "__cuda_array_interface__"):  # CuPy or another CUDA array
         import cupy
         arg = cupy.asarray(arg).get()
@@ -276,6 +283,16 @@ def _run(h, algo, d, pd, gd, probs, packed, lab_len, in_len, costs, gradients, w
 
     key = ("CTCLoss", pd.key(), gd.key(), lmax, norm, grad_mode, with_grads)
     bound = bg.prepare(key, build)
+    items = [(probs, (pd.dtype, extent_bytes(pd)), "probs", False),
+             (costs, (pd.dtype, n * dtypes.itemsize(pd.dtype)), "costs", True)]
+    if with_grads:
+        items.append((gradients, (gd.dtype, extent_bytes(gd)), "gradients", True))
+    if not bg.is_null(workspace):
+        items.append((workspace, (None, need), "workspace", True))
+    checked = preflight(h, items)  # every buffer before the graph runs (docs/conventions.md "Data")
+    probs, costs = checked[:2]
+    if with_grads:
+        gradients = checked[2]
     buffers = {"probs": probs, "labels": on_place(h, packed), "labelLengths": on_place(h, lab_len),
                "inputLengths": on_place(h, in_len), "costs": costs, "gradients": gradients}
     bg.execute(h, key, bound, buffers)

@@ -15,8 +15,17 @@ legacy function under its CuPy name, wrapped so that
 
 * compute calls bind the current CuPy stream to a GPU handle first (CuPy 13 called
   ``cudnnSetStream(handle, current stream)`` before each one);
+* CuPy's pointer ints become this library's conventions before the C-named function sees them:
+  an alpha/beta-like host scalar (alpha, beta, alpha1/2, alphaDataDiff, ..., valuePtr) of
+  POINTER_MIN or more becomes ``ctypes.c_void_p`` in any place, a data pointer int on a CPU-place
+  handle too (the C-named API takes Python ints as values: docs/conventions.md);
 * errors are this module's ``CuDNNError`` (a subclass of ``cudnn_compat.CuDNNError``, so both
-  ``except`` clauses catch them) with CuPy's ``add_info``/``add_infos`` and pickling.
+  ``except`` clauses catch them) with CuPy's ``add_info``/``add_infos`` and pickling
+  (``str(CuDNNError(3)) == 'cuDNN Error: CUDNN_STATUS_BAD_PARAM'`` as in CuPy 13).
+
+Every name of CuPy 13.6.0's cudnn.pyx is here (tests/data/cupy13_cudnn_names.txt); ``c_spellings``
+gives the top level of ``cudnn_compat`` the ``cudnn``-prefixed spellings of the versioned ones
+(``cudnnSetFilter4dDescriptor_v4``, ``cudnnGetConvolutionForwardAlgorithm_v6``).
 
 Where CuPy 13's Python signature differs from the C one, an adapter in ``_ADAPTERS`` below
 translates (pointer arguments, out-parameters written through host pointers, the list-of-dicts
@@ -29,13 +38,16 @@ import ctypes as _ctypes
 import functools as _functools
 import inspect as _inspect
 import numbers as _numbers
+import re as _re
 
+from . import _data
 from . import enums as _enums
 from ._conv_algos import CuDNNAlgoPerf
 from ._data import POINTER_MIN as _POINTER_MIN
 from ._registry import CUPY_NAMES as _CUPY_NAMES, LEGACY as _LEGACY
-from .errors import STATUS as _STATUS, CuDNNError as _BaseError, getErrorString as _error_string
-from ._descriptor import _LIVE
+from . import _registry
+from .errors import STATUS as _STATUS, CuDNNError as _BaseError
+from ._descriptor import Descriptor as _Descriptor, _LIVE
 from .handle import COMPAT_VERSION as _COMPAT_VERSION, Handle as _Handle
 
 available = True  # CuPy 13: False when libcudnn could not be loaded
@@ -55,20 +67,27 @@ CUDNN_ADD_FULL_TENSOR = 3
 
 class CuDNNError(_BaseError):
     """CuPy 13's ``CuDNNError``: a RuntimeError with ``.status``, ``add_info``/``add_infos`` and
-    pickling by status; also a ``cudnn_compat.CuDNNError`` (``.status_name``, ``.function``,
-    ``.argument``, ``.rule``).  ``str(e)`` starts with ``"cuDNN Error: CUDNN_STATUS_..."`` as CuPy's did."""
+    pickling; also a ``cudnn_compat.CuDNNError`` (``.status_name``, ``.function``, ``.argument``,
+    ``.rule``).  ``str(CuDNNError(3))`` is CuPy 13's ``'cuDNN Error: CUDNN_STATUS_BAD_PARAM'``
+    (``'cuDNN Error: ' + cudnnGetErrorString(status)``); our function, argument and rule follow
+    when there are some, then the ``add_info`` lines.  Unlike CuPy 13's (pickled by status only),
+    a pickled or deep-copied error keeps every field and its infos."""
 
     def __init__(self, status: int, argument: str = "", rule: str = "", function: str = ""):
-        super().__init__(status, argument, rule, function)
         self._infos = []
+        super().__init__(status, argument, rule, function)
 
     @classmethod
     def of(cls, e: _BaseError) -> "CuDNNError":
         if isinstance(e, cls):
             return e
         out = cls(e.status, e.argument, e.rule, e.function)
+        out.__dict__.update({k: v for k, v in e.__dict__.items() if k not in out.__dict__})
         out.__traceback__ = e.__traceback__
         return out
+
+    def _text(self) -> str:
+        return "cuDNN Error: " + super()._text()
 
     def add_info(self, info):
         assert isinstance(info, str)
@@ -79,15 +98,13 @@ class CuDNNError(_BaseError):
         self._infos.extend(infos)
 
     def __str__(self):
-        return "cuDNN Error: " + super().__str__() + "".join("\n  " + i for i in self._infos)
-
-    def __reduce__(self):
-        return (type(self), (self.status, self.argument, self.rule, self.function))
+        return super().__str__() + "".join("\n  " + i for i in self._infos)
 
 
 def check_status(status: int) -> None:
+    """CuPy 13: raise ``CuDNNError(status)`` unless ``status`` is CUDNN_STATUS_SUCCESS."""
     if status != 0:
-        raise CuDNNError(status, rule=_error_string(status))
+        raise CuDNNError(status)
 
 
 def get_build_version() -> int:
@@ -117,9 +134,88 @@ def _takes_handle(fn) -> bool:
     return bool(params) and params[0] == "handle"
 
 
-def _wrap(fn, name: str, stream: "bool | None" = None):
+# -- CuPy 13's pointer ints -> this library's conventions ---------------------------------------------
+# CuPy 13 passed every void* as an int (``size_t alpha``: ``np.array(1.0).ctypes.data``).  The
+# C-named API takes Python numbers as values and host pointers as ctypes pointers
+# (docs/conventions.md), so before calling it an int of POINTER_MIN or more becomes
+# ``ctypes.c_void_p`` (``_data.host_pointer``) where it is
+#   * a host scalar (alpha, beta, alpha1/2, alphaDataDiff, ..., valuePtr), in any place;
+#   * a data buffer on a CPU-place handle (x, y, workSpace, reserveSpace, ...; a GPU handle's
+#     ints are device pointers and stay ints);
+# smaller ints stay values (``alpha=1, beta=0``: no pointer lies in the first page).  Parameters
+# the families read as host int arrays themselves (CTC labels, attention windows, algoSpace) and
+# the pointer out-parameters handled by adapters below are left as they are.
+
+_SCALAR_PARAM = _re.compile(r"(alpha|beta)(\d+|[A-Z]\w*)?|valuePtr")
+_HOST_READ = frozenset({"hostLabels", "hostLabelLengths", "hostInputLengths", "labels", "labelLengths",
+                        "inputLengths", "algoSpace", "loWinIdx", "hiWinIdx", "devSeqLengthsQO",
+                        "devSeqLengthsKV", "devSeqLengthsDQDO", "devSeqLengthsDKDV", "devSeqLengths"})
+# functions that only compute an address inside a data argument (never read it): it stays an int
+_ADDRESS_ONLY = frozenset({"cudnnGetRNNLinLayerMatrixParams", "cudnnGetRNNLinLayerBiasParams"})
+_CONVERSIONS = getattr(_registry, "CONVERSIONS", {})  # C name -> {Python parameter: (C parameter, kind)}
+_host_pointer = getattr(_data, "host_pointer", None) or (
+    lambda v: _ctypes.c_void_p(int(v)) if _is_ptr(v) and not isinstance(v, _Descriptor) else v)
+
+
+def _pointer_params(c_name: str, fn) -> "tuple | None":
+    """(scalar positions, data positions, handle position) of ``fn``'s parameters, from the
+    registry's C parameter kinds (``_registry.CONVERSIONS``); None when nothing converts."""
+    try:
+        params = list(_inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    names = [p.name for p in params]
+    kinds = _CONVERSIONS.get(c_name) or {}
+
+    def kind(p):
+        return (kinds.get(p) or (None, None))[1]
+    scalars = tuple(i for i, p in enumerate(names) if _SCALAR_PARAM.fullmatch(p) and kind(p) in ("pointer", None))
+    handle = next((i for i, p in enumerate(names) if kind(p) == "handle" or p == "handle"), None)
+    data = () if handle is None or c_name in _ADDRESS_ONLY else tuple(
+        i for i, p in enumerate(names) if kind(p) == "pointer" and i not in scalars and p not in _HOST_READ)
+    if not scalars and not data:
+        return None
+    return scalars, data, handle, {names[i]: i for i in scalars + data}
+
+
+def _on_cpu(handle) -> bool:
+    h = handle if isinstance(handle, _Handle) else _LIVE.get(handle) if isinstance(handle, int) else None
+    return isinstance(h, _Handle) and h.place == "cpu"
+
+
+def _converter(plan):
+    """``convert(args, kwargs)`` applying a ``_pointer_params`` plan."""
+    scalars, data, handle, by_name = plan
+
+    def convert(args, kwargs):
+        n = len(args)
+        cpu = None
+        if data:
+            h = args[handle] if handle < n else kwargs.get("handle")
+            cpu = _on_cpu(h)
+        if scalars or cpu:
+            args = list(args)
+            for i in scalars:
+                if i < n and type(args[i]) is int:
+                    args[i] = _host_pointer(args[i])
+            if cpu:
+                for i in data:
+                    if i < n and type(args[i]) is int:
+                        args[i] = _host_pointer(args[i])
+        if kwargs:
+            for k, i in by_name.items():
+                if k in kwargs and type(kwargs[k]) is int and (i in scalars or cpu):
+                    kwargs[k] = _host_pointer(kwargs[k])
+        return args, kwargs
+    return convert
+
+
+def _wrap(fn, name: str, stream: "bool | None" = None, convert=None):
     """``fn`` raising this module's CuDNNError, binding the current stream to GPU handles first
-    when it is a call on a handle (``stream`` overrides the signature rule)."""
+    when it is a call on a handle (``stream`` overrides the signature rule), its pointer ints
+    converted first by ``convert`` (see ``_converter``)."""
     if stream is None:
         stream = name not in _NO_STREAM and _takes_handle(fn)
 
@@ -128,6 +224,8 @@ def _wrap(fn, name: str, stream: "bool | None" = None):
         try:
             if stream and args:
                 _bind_current_stream(args[0])
+            if convert is not None:
+                args, kwargs = convert(args, kwargs)
             return fn(*args, **kwargs)
         except CuDNNError:
             raise
@@ -225,6 +323,28 @@ def _rnn_data_get(base):
     return fn
 
 
+_FILL_CTYPES = {_DATA_TYPE["CUDNN_DATA_DOUBLE"]: _ctypes.c_double, _DATA_TYPE["CUDNN_DATA_FLOAT"]: _ctypes.c_float}
+
+
+def _rnn_data_set(base):
+    """setRNNDataDescriptor(desc, dataType, layout, maxSeqLength, batchSize, vectorSize,
+    seqLengthArray, paddingFill): seqLengthArray a host pointer to batchSize C ints, paddingFill a
+    host pointer to one value of dataType (half, float or double; 0 is NULL), as CuPy 13 passed
+    them; the value is read here and passed as a number."""
+    ints = _int_arrays({6: 4})(base)
+
+    def fn(RNNDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, seqLengthArray, paddingFill=0):
+        if _is_ptr(paddingFill):
+            if dataType == _DATA_TYPE["CUDNN_DATA_HALF"]:
+                import numpy as np
+                paddingFill = float(np.frombuffer((_ctypes.c_uint8 * 2).from_address(paddingFill), np.float16)[0])
+            elif dataType in _FILL_CTYPES:
+                paddingFill = float(_FILL_CTYPES[dataType].from_address(paddingFill).value)
+            # another data type: passed on for the legacy call to reject it
+        return ints(RNNDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, seqLengthArray, paddingFill)
+    return fn
+
+
 def _filter_nd_get(base):
     """getFilterNdDescriptor(wDesc, nbDimsRequested) -> (dataType, format, nbDims, filterDimA) with
     filterDimA a tuple of nbDimsRequested ints (zeros past nbDims), as CuPy 13's vector was."""
@@ -275,6 +395,22 @@ def _fused_const_get(base):
         value, is_null = base(constPack, paramLabel)
         _write(param, _ctypes.c_int, int(value or 0))
         return int(is_null)
+    return fn
+
+
+def _fused_const_set(base):
+    """setFusedOpsConstParamPackAttribute(constPack, label, param): for a value label ``param`` is a
+    host pointer to the C int (CuPy 13 passed ``numpy.array(v).ctypes.data``); a descriptor label's
+    ``param`` is the descriptor."""
+    def fn(constPack, paramLabel, param):
+        const_kind, _ = _fused_kinds()
+        try:
+            kind = const_kind(paramLabel)
+        except Exception:  # noqa: BLE001 - an invalid label: let the legacy call reject it
+            kind = "desc"
+        if kind != "desc" and type(param) is int:
+            param = _host_pointer(param)
+        return base(constPack, paramLabel, param)
     return fn
 
 
@@ -335,7 +471,7 @@ _ADAPTERS = {
     "setPoolingNdDescriptor": _int_arrays({4: 3, 5: 3, 6: 3}),
     "setSpatialTransformerDescriptor": _int_arrays({4: 3}),
     "setSpatialTransformerNdDescriptor": _int_arrays({4: 3}),
-    "setRNNDataDescriptor": _int_arrays({6: 4}),
+    "setRNNDataDescriptor": _rnn_data_set,
     "getRNNDataDescriptor": _rnn_data_get,
     "getRNNLinLayerMatrixParams": _lin_layer,
     "getRNNLinLayerBiasParams": _lin_layer,
@@ -349,6 +485,7 @@ _ADAPTERS = {
     "setConvolution2dDescriptor_v4": _not_supported(
         "cudnnSetConvolution2dDescriptor_v4 does not exist since cuDNN 7 (CuPy 13 returned NOT_SUPPORTED); "
         "use setConvolution2dDescriptor_v5(..., mode, computeType)"),
+    "setFusedOpsConstParamPackAttribute": _fused_const_set,
     "getFusedOpsConstParamPackAttribute": _fused_const_get,
     "setFusedOpsVariantParamPackAttribute": _fused_variant_set,
     "getFusedOpsVariantParamPackAttribute": _fused_variant_get,
@@ -367,12 +504,14 @@ def _make(name: str):
     if base is None:
         return None
     adapter = _ADAPTERS.get(name)
+    plan = _pointer_params(c_name, base)  # adapters keep the positions of the pointer arguments
+    convert = _converter(plan) if plan else None
     if adapter is not None:
         adapted = adapter(base)
         adapted.__doc__ = f"CuPy 13 ``{name}`` over ``{c_name}``: {adapter.__doc__ or ''}".strip()
-        fn = _wrap(adapted, name, stream=_takes_handle(base) and name not in _NO_STREAM)
+        fn = _wrap(adapted, name, stream=_takes_handle(base) and name not in _NO_STREAM, convert=convert)
     else:
-        fn = _wrap(base, name)
+        fn = _wrap(base, name, convert=convert)
     fn.__module__ = __name__
     return fn
 
@@ -390,6 +529,51 @@ def refresh() -> list:
             globals()[name] = fn
             added.append(name)
     return added
+
+
+# -- CuPy 13's names in C spelling, for the top level of cudnn_compat ----------------------------------
+
+def c_spelling(name: str) -> str:
+    """``addTensor_v3`` -> ``cudnnAddTensor_v3`` (the inverse of ``_registry.cupy_name``)."""
+    return "cudnn" + name[0].upper() + name[1:]
+
+
+def _c_not_supported(c_name: str, rule: str):
+    def fn(*args, **kwargs):
+        raise _BaseError(_STATUS["CUDNN_STATUS_NOT_SUPPORTED"], "", rule, c_name)
+    fn.__name__ = fn.__qualname__ = c_name
+    fn.__doc__ = f"{c_name}: CUDNN_STATUS_NOT_SUPPORTED, as in CuPy 13 (built on cuDNN 8). {rule}"
+    return fn
+
+
+# CuPy 13 names that never reach a legacy function (an adapter that always fails)
+_NOT_SUPPORTED_NAMES = {"setConvolution2dDescriptor_v4"}
+
+
+def c_spellings() -> dict:
+    """Names ``cudnn_compat`` adds to its top level so that every CuPy 13 ``cupy.cuda.cudnn`` name is
+    there with the ``cudnn`` prefix: the versioned names CuPy 13 mapped onto the current functions
+    with ``#define`` in cupy_cudnn.h (``cudnnAddTensor_v3``, ``cudnnSetFilter4dDescriptor_v4``,
+    ``cudnnActivationForward_v4``, ``cudnnFindConvolutionForwardAlgorithmEx_v7``,
+    ``cudnnGetConvolutionForwardAlgorithm_v6`` -> the cuDNN 7 ``cudnnGetConvolutionForwardAlgorithm``,
+    same argument order) and CuPy's own spellings (``cudnnGetDropoutReserveSpaceSize``), each the
+    C-named legacy function itself (C conventions: sequences for int arrays, numbers for alpha/beta);
+    ``cudnnSetConvolution2dDescriptor_v4`` is NOT_SUPPORTED as in CuPy 13 on cuDNN >= 7.  Also the
+    module-level helpers and classes of CuPy 13 (``check_status``, ``get_build_version``,
+    ``CuDNNAlgoPerf``) and its cuDNN v2 ``CUDNN_ADD_*`` constants, under their own names."""
+    out = {}
+    for name in list(_CUPY_NAMES) + list(_ALIASES):
+        c_name, target = c_spelling(name), _target(name)
+        if c_name in _LEGACY or target not in _LEGACY:
+            continue
+        if name in _NOT_SUPPORTED_NAMES:
+            out[c_name] = _c_not_supported(c_name, f"{c_name} does not exist since cuDNN 7; use "
+                                                   "cudnnSetConvolution2dDescriptor(..., mode, computeType)")
+        else:
+            out[c_name] = _LEGACY[target]
+    out.update(check_status=check_status, get_build_version=get_build_version, CuDNNAlgoPerf=CuDNNAlgoPerf)
+    out.update({k: v for k, v in globals().items() if k.startswith("CUDNN_ADD_")})
+    return out
 
 
 def __getattr__(name: str):

@@ -24,6 +24,9 @@ import numpy as np
 
 from _backend.ir import Tensor, packed_strides
 from . import _bound_graph as bg
+from ._call import run
+from ._data import _CUPY_NDARRAY, preflight
+from ._memo import Memo
 from ._descriptor import Descriptor, resolve
 from ._registry import CUPY_NAMES, legacy
 from .errors import CUDNN_STATUS_INVALID_VALUE, bad_param, check, not_supported  # noqa: F401
@@ -134,6 +137,7 @@ def write_states(handle, states, seed: int, offset: int = 0) -> None:
     key = ("DropoutStatesInit", "bytes")
     bound = bg.prepare(key, build)
     raw = np.array(_words(seed) + _words(offset), "<i4").view(np.uint8)
+    states, = preflight(handle, [(states, (None, STATES_SIZE), "states", True)])  # untyped: any dtype
     bg.execute(handle, key, bound, {"states": states}, {f"b{k}": int(raw[k]) for k in range(nbytes)})
 
 
@@ -207,31 +211,63 @@ def _check_pair(ad, bd, a, b, an, bn):
     return (na,)
 
 
+_MASKED = Memo("cudnnDropoutForward/Backward")
+
+
 def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceSizeInBytes, forward: bool):
-    flat = _check_pair(ad, bd, a, bout, an, bn)
-    dims = bd.dims if flat is None else flat
-    need = reserve_size(math.prod(dims))
+    """The descriptor checks and the graph run once per combination of settings (``_memo``); on
+    the GPU place with CuPy reserve space and states the offset bindings are device pointers
+    (the buffers' checks are made here first), else ``_bound_graph`` makes byte views."""
+    mk = (name, id(d._key or d.key()), id(ad._key or ad.key()), id(bd._key or bd.key()))
+    m = _MASKED.get(mk)
+    if m is None:
+        mk, m = _MASKED.canonical((name,), (d, ad, bd))
+    if m is None:
+        flat = _check_pair(ad, bd, a, bout, an, bn)
+        dims = bd.dims if flat is None else flat
+        need = reserve_size(math.prod(dims))
+    else:
+        flat, dims, need, key, bound, same_strides, scale, prog = m
+        if not same_strides and bg.address(a) == bg.address(bout):
+            check(False, bn, "strides must equal the input's when the operation is in place (x == y)")
     check(int(reserveSpaceSizeInBytes) >= need, "reserveSpaceSizeInBytes",
           f"{reserveSpaceSizeInBytes} is less than cudnnDropoutGetReserveSpaceSize() = {need}")
     bg.check_buffer(reserveSpace, "reserveSpace", need)
     require_states(d)
     if forward:
         bg.check_buffer(d.states, "dropoutDesc.states", STATES_SIZE)
+    if m is None:
+        def build():
+            b = bg.GraphBuilder(name, "float64" if bd.dtype == "float64" else "float32")
+            src = b.ext(an, 0, dims if flat else ad.dims, None if flat else ad.strides, ad.dtype)
+            dst = b.ext(bn, 0, dims if flat else bd.dims, None if flat else bd.strides, bd.dtype)
+            mask = b.ext("reserveSpace", 0, dims, None, "uint8", "mask")
+            if forward:
+                rng_op(b, mask, d.dropout)
+            b.pw("MUL", src, mask, out=dst, alpha1=b.scalar("scale"))
+            return b
 
-    def build():
-        b = bg.GraphBuilder(name, "float64" if bd.dtype == "float64" else "float32")
-        src = b.ext(an, 0, dims if flat else ad.dims, None if flat else ad.strides, ad.dtype)
-        dst = b.ext(bn, 0, dims if flat else bd.dims, None if flat else bd.strides, bd.dtype)
-        mask = b.ext("reserveSpace", 0, dims, None, "uint8", "mask")
-        if forward:
-            rng_op(b, mask, d.dropout)
-        b.pw("MUL", src, mask, out=dst, alpha1=b.scalar("scale"))
-        return b
-
-    key = (name, ad.key(), bd.key(), d.dropout if forward else None)
-    bound = bg.prepare(key, build)
-    buffers = {an: a, bn: bout, "reserveSpace": reserveSpace, "states": d.states}
-    bg.execute(h, key, bound, buffers, {"scale": d.scale})
+        key = (name, ad.key(), bd.key(), d.dropout if forward else None)
+        bound = bg.prepare(key, build)
+        prog = tuple((uid, buf, off) for uid, (buf, off) in bound.bindings.items())
+        m = _MASKED.put(mk, (flat, dims, need, key, bound, ad.strides == bd.strides, d.scale, prog),
+                        (d.key(), ad.key(), bd.key()))
+        scale = m[6]
+    states = d.states
+    nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else None
+    if h.place == "gpu" and nd is not None and type(reserveSpace) is nd and type(states) is nd:
+        # reserve space and states are untyped (any dtype) and were checked above (NULL, contiguity, size):
+        # their graph tensors are bound as device pointers at their byte offsets
+        base = {an: a, bn: bout, "reserveSpace": reserveSpace.data.ptr, "states": states.data.ptr}
+        tensors = {uid: ((base[buf] + off) if off else base[buf], buf) for uid, buf, off in prog}
+        uid, = bound.scalar_names
+        run(h, key, lambda: bound.graph, tensors, {uid: scale})
+        return
+    # reserve space and states are untyped (any dtype, docs/conventions.md "Data"): bound as bytes
+    reserveSpace, states = preflight(h, [(reserveSpace, (None, need), "reserveSpace", forward),
+                                         (states, (None, STATES_SIZE), "dropoutDesc.states", forward)])
+    buffers = {an: a, bn: bout, "reserveSpace": reserveSpace, "states": states}
+    bg.execute(h, key, bound, buffers, {"scale": scale})
 
 
 @legacy("cudnnDropoutForward")

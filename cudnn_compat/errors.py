@@ -19,7 +19,12 @@ def getErrorString(status: int) -> str:
 
 
 class CuDNNError(RuntimeError):
-    """A failed legacy call: ``.status`` (int), ``.status_name``, ``.function``, ``.argument``, ``.rule``."""
+    """A failed legacy call: ``.status`` (int), ``.status_name``, ``.function``, ``.argument``, ``.rule``
+    and ``.message`` (the text: ``STATUS_NAME: function: argument: rule``, empty parts left out, so
+    ``str(CuDNNError(3)) == "CUDNN_STATUS_BAD_PARAM"``).
+
+    Errors cross process boundaries (``pickle``, ``copy.deepcopy``, ``ProcessPoolExecutor``): every
+    field and any attribute set on the error (``check``, CuPy's ``add_info`` lines) come back."""
 
     def __init__(self, status: int, argument: str = "", rule: str = "", function: str = ""):
         self.status = int(status)
@@ -32,15 +37,23 @@ class CuDNNError(RuntimeError):
     def status_name(self) -> str:
         return getErrorString(self.status)
 
+    @property
+    def message(self) -> str:
+        return self._text()
+
     def _text(self) -> str:
-        where = ": ".join(p for p in (self.function, self.argument) if p)
-        return f"{self.status_name}: {where}: {self.rule}" if where else f"{self.status_name}: {self.rule}"
+        return ": ".join(p for p in (self.status_name, self.function, self.argument, self.rule) if p)
 
     def with_function(self, function: str) -> "CuDNNError":
         if not self.function:
             self.function = function
             self.args = (self._text(),)
         return self
+
+    def __reduce__(self):
+        # rebuilt through __init__ with every field, then any other attribute (``check``, ``_infos``)
+        state = {k: v for k, v in self.__dict__.items() if k not in ("status", "argument", "rule", "function")}
+        return (type(self), (self.status, self.argument, self.rule, self.function), state or None)
 
 
 def bad_param(argument: str, rule: str) -> CuDNNError:

@@ -61,7 +61,7 @@ from _backend.ir import Operation, OperationGraph, Tensor, packed_strides, scala
 from . import batchnorm as bn
 from . import cnn
 from ._call import ALPHA, Y_PRIOR_OFFSET, compute_dtype, plan_for, run
-from ._data import POINTER_MIN, address, scalar
+from ._data import POINTER_MIN, address, raw_address, scalar
 from ._descriptor import Descriptor, resolve
 from ._registry import legacy
 from .activation import ActivationDescriptor
@@ -286,14 +286,17 @@ def destroyFusedOpsPlan(plan) -> None:
 
 
 def _int_value(param, argname: str) -> int:
-    """An enum value: an int, or a host pointer to a C int (ints >= POINTER_MIN)."""
-    if isinstance(param, np.ndarray) and param.size == 1:
+    """An enum value: a Python int (always a value), a one-element NumPy array, or a ctypes pointer
+    to a C int (docs/conventions.md "Scalars")."""
+    if isinstance(param, np.ndarray) and param.size == 1 and param.dtype.kind in "iu":
         return int(param.reshape(-1)[0])
-    check(isinstance(param, numbers.Integral) and not isinstance(param, bool), argname,
-          f"must be an int or a host pointer to one, got {param!r}")
-    if param >= POINTER_MIN:
+    addr = raw_address(param)
+    if addr is not None:
+        check(addr >= POINTER_MIN, argname, "is NULL or not a host pointer")
         import ctypes
-        return int(ctypes.c_int.from_address(int(param)).value)
+        return int(ctypes.c_int.from_address(addr).value)
+    check(isinstance(param, numbers.Integral) and not isinstance(param, (bool, Descriptor)), argname,
+          f"must be an int or a ctypes pointer to one, got {param!r}")
     return int(param)
 
 

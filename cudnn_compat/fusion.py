@@ -48,7 +48,7 @@ from _backend import planner
 from _backend.heuristics import ORDER, engine_order, forced_engine
 from _backend.ir import GraphError, Operation, OperationGraph, Tensor
 from . import _call, _registry, trace as _trace
-from ._data import _host_view, bind, device_pointer, extent_bytes
+from ._data import _host_view, bind, device_pointer, dtype_ok, extent_bytes
 from .errors import CuDNNError, bad_param
 from .handle import get_handle
 
@@ -147,17 +147,18 @@ class Scope:
             got = tensors.get(uid)
             data, argname = got if got is not None else tensors[uid - _call.Y_PRIOR_OFFSET]
             if gpu:
-                if type(data) is cp and data.flags.c_contiguous and data.nbytes >= ext:
+                if type(data) is cp and data.flags.c_contiguous and data.nbytes >= ext and \
+                        dtype_ok(data.dtype, t.dtype, t.name):
                     addr = data.data.ptr  # the common case of device_pointer's checks
                 elif isinstance(data, np.ndarray):
                     return False  # NumPy buffers on a GPU handle are staged per call
                 else:
-                    addr = device_pointer(data, t, argname)
+                    addr = device_pointer(data, t, argname, is_out)
                 buf = addr
             else:
                 if is_out and isinstance(data, np.ndarray) and not data.flags.writeable:
                     raise bad_param(argname, "is a read-only array but the call writes it")
-                buf = _host_view(data, t, argname)
+                buf = _host_view(data, t, argname, is_out)
                 addr = buf.__array_interface__["data"][0]
             bound[uid] = (data, buf, t, argname)
             spans.append((uid, addr, addr + ext, layout, is_in, elementwise))

@@ -24,6 +24,7 @@ from _backend.ir import Operation, OperationGraph, virtual
 from ._call import ALPHA, BETA, blend, blended, compute_dtype, run
 from ._data import same_buffer, scalar
 from ._descriptor import Descriptor, resolve
+from ._memo import Memo, arrays
 from ._registry import legacy
 from .activation import require_dtype
 from .enums import CONSTANTS, is_valid
@@ -36,6 +37,7 @@ MIN_K, MIN_BETA = CONSTANTS["CUDNN_LRN_MIN_K"], CONSTANTS["CUDNN_LRN_MIN_BETA"]
 NOT_SUPPORTED = 9  # CUDNN_STATUS_NOT_SUPPORTED
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 X, Y, DY, DX, MEANS, DMEANS = 1, 2, 3, 4, 5, 6  # uids
+LRN_DIM1 = 0  # CUDNN_LRN_CROSS_CHANNEL_DIM1, the one cudnnLRNMode_t
 
 
 class LRNDescriptor(Descriptor):
@@ -152,23 +154,46 @@ def _alpha_beta(alpha, beta, dtype) -> tuple:
 
 # -- LRN --------------------------------------------------------------------------------
 
+_FWD, _DESC_OK = Memo("cudnnLRNCrossChannelForward"), Memo("LRN descriptor settings")
+
+
+def _lrn_desc_cached(normDesc) -> "LRNDescriptor":
+    """``lrn_desc`` with the parameter check made once per descriptor settings (``_memo``)."""
+    ld = resolve(normDesc, LRNDescriptor, "normDesc")
+    k = id(ld._key or ld.key())
+    if _DESC_OK.get(k) is None:
+        _check_params(*ld._settings(), "normDesc")
+        _DESC_OK.put(k, True, (ld.key(),))
+    return ld
+
+
 @legacy("cudnnLRNCrossChannelForward", cupy="LRNCrossChannelForward")
 def lrnCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta, yDesc, y) -> None:
-    """y = alpha*LRN(x) + beta*y across channels (002 §3.2.65)."""
+    """y = alpha*LRN(x) + beta*y across channels (002 §3.2.65).  The descriptor checks run once
+    per combination of settings (``_memo``)."""
     h = get_handle(handle)
-    ld = lrn_desc(normDesc)
-    _lrn_mode(lrnMode)
+    ld = _lrn_desc_cached(normDesc)
+    if type(lrnMode) is not int or lrnMode != LRN_DIM1:
+        _lrn_mode(lrnMode)
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    _not_null({"x": x, "y": y})
-    _lrn_tensors({"xDesc": xd, "yDesc": yd})
-    a, b = _alpha_beta(alpha, beta, xd.dtype)
+    if not arrays((x, y)):
+        _not_null({"x": x, "y": y})
+    mk = (id(ld._key or ld.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
+    m = _FWD.get(mk)
+    if m is None:
+        mk, m = _FWD.canonical((), (ld, xd, yd))
+    if m is None:
+        _lrn_tensors({"xDesc": xd, "yDesc": yd})
+        keys = tuple(("LRNCrossChannelForward", ld.key(), xd.key(), yd.key(), bz) for bz in (False, True))
+        m = _FWD.put(mk, (xd.dtype, keys), (ld.key(), xd.key(), yd.key()))
+    dtype, keys = m
+    a, b = _alpha_beta(alpha, beta, dtype)
 
     def build():
         return OperationGraph(blended("LRNForward", {"x": xd.ir(X, "x")}, "y", yd.ir(Y, "y"), b == 0, ld.attrs()),
                               "LRNCrossChannelForward")
 
-    run(h, ("LRNCrossChannelForward", ld.key(), xd.key(), yd.key(), b == 0), build,
-        {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+    run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
 
 
 @legacy("cudnnLRNCrossChannelBackward", cupy="LRNCrossChannelBackward")

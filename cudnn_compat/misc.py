@@ -285,12 +285,18 @@ def _register_version_checks() -> None:
     for sub, c_name in (("ops_infer", "cudnnOpsInferVersionCheck"), ("ops_train", "cudnnOpsTrainVersionCheck"),
                         ("cnn_infer", "cudnnCnnInferVersionCheck"), ("cnn_train", "cudnnCnnTrainVersionCheck"),
                         ("adv_infer", "cudnnAdvInferVersionCheck"), ("adv_train", "cudnnAdvTrainVersionCheck")):
-        def check_fn(_sub=sub) -> None:
-            """Succeeds (None) when the sub-library and its dependencies are consistent; else
-            CuDNNError(CUDNN_STATUS_VERSION_MISMATCH) naming the family that differs."""
-            _version_check(_sub)
-        check_fn.__doc__ = f"{c_name}: " + check_fn.__doc__
-        legacy(c_name)(check_fn)
+        legacy(c_name)(_version_check_fn(sub, c_name))
+
+
+def _version_check_fn(sub: str, c_name: str):
+    """The C function takes no argument (void): ``sub`` is bound here, not a Python default that
+    a caller could override (a call with an argument is BAD_PARAM, issue 13)."""
+    def check_fn() -> None:
+        """Succeeds (None) when the sub-library and its dependencies are consistent; else
+        CuDNNError(CUDNN_STATUS_VERSION_MISMATCH) naming the family that differs."""
+        _version_check(sub)
+    check_fn.__doc__ = f"{c_name}: " + check_fn.__doc__
+    return check_fn
 
 
 _register_version_checks()

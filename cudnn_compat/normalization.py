@@ -210,6 +210,7 @@ def normalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, xDesc
                            (reserveSpaceSizeInBytes, "reserveSpaceSizeInBytes"))
     for p, n in ((xData, "xData"), (yData, "yData"), (normScale, "normScale"), (normBias, "normBias")):
         bn._need(p, n)
+    bn.unbound_buffers(h, [(reserveSpace, "reserveSpace", True)])
     bn_mode, xd, yd, pd, md, zd, act_attrs, act_key = _forward_setup(
         mode, normOps, algo, xDesc, normScaleBiasDesc, normMeanVarDesc, zDesc, yDesc, activationDesc, groupCnt)
     if zd is not None:
@@ -281,6 +282,7 @@ def normalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaDataDi
     for p, n in ((xData, "xData"), (dyData, "dyData"), (dxData, "dxData"), (normScaleData, "normScaleData"),
                  (dNormScaleData, "dNormScaleData"), (dNormBiasData, "dNormBiasData")):
         bn._need(p, n)
+    bn.unbound_buffers(h, [(reserveSpace, "reserveSpace", False), (normBiasData, "normBiasData", False)])
     bn_mode, xd, yd, dyd, dzd, dxd, pd, md, act_bwd, act_key = _backward_setup(
         mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc,
         normMeanVarDesc, groupCnt)

@@ -21,6 +21,7 @@ from _backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virt
 from ._call import ALPHA, BETA, blend, run
 from ._data import same_buffer, scalar
 from ._descriptor import Descriptor, resolve
+from ._memo import Memo
 from ._registry import legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -125,18 +126,30 @@ def _check_types(od, ad, bd, cd):
         raise not_supported("opTensorDesc", f"(compType, A, B, C) = ({names}) is not in 002 Table 7")
 
 
+_OP = Memo("cudnnOpTensor")
+
+
 @legacy("cudnnOpTensor")
 def opTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C) -> None:
-    """C = op(alpha1*A, alpha2*B) + beta*C (002 §3.2.68)."""
+    """C = op(alpha1*A, alpha2*B) + beta*C (002 §3.2.68).  The descriptor checks run once per
+    combination of settings (``_memo``)."""
     h = get_handle(handle)
     od = op_tensor_desc(opTensorDesc)
     ad, bd, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(bDesc, "bDesc"), tensor_desc(cDesc, "cDesc")
-    _check_shapes(ad, bd, cd)
-    _check_types(od, ad, bd, cd)
-    check(not (same_buffer(B, C) and bd.dims == cd.dims and not same_buffer(A, C)), "B",
-          "B may not be the output buffer C (C may be A)")
-    mode = OPS[od.op]
-    dbl = od.compType == D["CUDNN_DATA_DOUBLE"]
+    mk = (id(od._key or od.key()), id(ad._key or ad.key()), id(bd._key or bd.key()), id(cd._key or cd.key()))
+    m = _OP.get(mk)
+    if m is None:
+        mk, m = _OP.canonical((), (od, ad, bd, cd))
+    if m is None:
+        _check_shapes(ad, bd, cd)
+        _check_types(od, ad, bd, cd)
+        _b_not_c(A, B, C, bd, cd)
+        keys = tuple(("OpTensor", od.key(), ad.key(), bd.key(), cd.key(), bz) for bz in (False, True))
+        m = _OP.put(mk, (od.compType == D["CUDNN_DATA_DOUBLE"], OPS[od.op], bd.dims == cd.dims, keys),
+                    (od.key(), ad.key(), bd.key(), cd.key()))
+    dbl, mode, b_like_c, keys = m
+    if b_like_c:
+        _b_not_c(A, B, C, bd, cd)
     a1, a2, b = scalar(alpha1, "alpha1", dbl), scalar(alpha2, "alpha2", dbl), scalar(beta, "beta", dbl)
     beta_zero = b == 0
 
@@ -151,8 +164,14 @@ def opTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDe
         ops = [Operation("Pointwise", inputs, {"y": tmp}, {"mode": mode, "nan_propagation": nan}), blend(tmp, c, beta_zero)]
         return OperationGraph(ops, "OpTensor")
 
-    tensors = {A_UID: (A, "A"), C_UID: (C, "C")}
-    if mode not in UNARY:
-        tensors[B_UID] = (B, "B")
-    key = ("OpTensor", od.key(), ad.key(), bd.key(), cd.key(), beta_zero)
-    run(h, key, build, tensors, {ALPHA: 1.0, BETA: b, ALPHA1: a1, ALPHA2: a2})
+    if mode in UNARY:
+        tensors = {A_UID: (A, "A"), C_UID: (C, "C")}
+    else:
+        tensors = {A_UID: (A, "A"), C_UID: (C, "C"), B_UID: (B, "B")}
+    run(h, keys[beta_zero], build, tensors, {ALPHA: 1.0, BETA: b, ALPHA1: a1, ALPHA2: a2})
+
+
+def _b_not_c(A, B, C, bd, cd) -> None:
+    """BAD_PARAM when B is the output buffer C (with B's dims) and C is not A (002 §3.2.68)."""
+    check(not (same_buffer(B, C) and bd.dims == cd.dims and not same_buffer(A, C)), "B",
+          "B may not be the output buffer C (C may be A)")

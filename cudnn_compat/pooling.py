@@ -25,6 +25,7 @@ from _backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import POINTER_MIN, scalar
 from ._descriptor import Descriptor, resolve
+from ._memo import Memo
 from ._registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -203,25 +204,35 @@ def _check_spatial(pd, xd, dtypes, argname="xDesc"):
                                      f"(supported: {', '.join(dtypes)})")
 
 
+_FWD, _BWD = Memo("cudnnPoolingForward"), Memo("cudnnPoolingBackward")
+
+
 @legacy("cudnnPoolingForward")
 def poolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y) -> None:
-    """y = alpha*pool(x) + beta*y (002 §3.2.69).  BAD_PARAM: n, c or data type of x and y differ."""
+    """y = alpha*pool(x) + beta*y (002 §3.2.69).  BAD_PARAM: n, c or data type of x and y differ.
+    The descriptor checks run once per combination of settings (``_memo``)."""
     h = get_handle(handle)
     pd = pooling_desc(poolingDesc)
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    check(xd.nbDims == yd.nbDims, "yDesc", f"is {yd.nbDims}-d but xDesc is {xd.nbDims}-d")
-    check(xd.dims[:2] == yd.dims[:2], "yDesc", f"n, c {yd.dims[:2]} differ from xDesc's {xd.dims[:2]}")
-    check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
-    _check_spatial(pd, xd, FWD_DTYPES)
-    dbl = xd.dtype == "float64"
+    mk = (id(pd._key or pd.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
+    m = _FWD.get(mk)
+    if m is None:
+        mk, m = _FWD.canonical((), (pd, xd, yd))
+    if m is None:
+        check(xd.nbDims == yd.nbDims, "yDesc", f"is {yd.nbDims}-d but xDesc is {xd.nbDims}-d")
+        check(xd.dims[:2] == yd.dims[:2], "yDesc", f"n, c {yd.dims[:2]} differ from xDesc's {xd.dims[:2]}")
+        check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
+        _check_spatial(pd, xd, FWD_DTYPES)
+        keys = tuple(("PoolingForward", pd.key(), xd.key(), yd.key(), bz) for bz in (False, True))
+        m = _FWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), xd.key(), yd.key()))
+    dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
     def build():
         yt = yd.ir(Y, "y")
         return OperationGraph(blended("ResampleForward", {"x": xd.ir(X, "x")}, "y", yt, b == 0, pd.attrs()), "PoolingForward")
 
-    run(h, ("PoolingForward", pd.key(), xd.key(), yd.key(), b == 0), build,
-        {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+    run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
 
 
 def _innermost_unit_stride(d) -> bool:
@@ -236,27 +247,34 @@ def poolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, 
     pd = pooling_desc(poolingDesc)
     yd, dyd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc")
     xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dxDesc, "dxDesc")
-    check(yd.dims == dyd.dims, "dyDesc", f"dims {dyd.dims} differ from yDesc's {yd.dims}")
-    check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} differ from yDesc's {yd.strides}")
-    check(xd.dims == dxd.dims, "dxDesc", f"dims {dxd.dims} differ from xDesc's {xd.dims}")
-    check(xd.strides == dxd.strides, "dxDesc", f"strides {dxd.strides} differ from xDesc's {xd.strides}")
-    check(len({yd.dataType, dyd.dataType, xd.dataType, dxd.dataType}) == 1, "dxDesc",
-          "the data types of y, dy, x and dx must be equal")
-    check(xd.nbDims == yd.nbDims and xd.dims[:2] == yd.dims[:2], "yDesc",
-          f"dims {yd.dims} must have xDesc's rank and n, c {xd.dims[:2]}")
-    _check_spatial(pd, xd, BWD_DTYPES)
-    for name, d in (("xDesc", xd), ("yDesc", yd)):
-        if not _innermost_unit_stride(d):
-            raise not_supported(name, f"strides {d.strides}: the innermost dim (W, or C for NHWC) must have stride 1")
-    dbl = xd.dtype == "float64"
+    mk = (id(pd._key or pd.key()), id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(xd._key or xd.key()),
+          id(dxd._key or dxd.key()))
+    m = _BWD.get(mk)
+    if m is None:
+        mk, m = _BWD.canonical((), (pd, yd, dyd, xd, dxd))
+    if m is None:
+        check(yd.dims == dyd.dims, "dyDesc", f"dims {dyd.dims} differ from yDesc's {yd.dims}")
+        check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} differ from yDesc's {yd.strides}")
+        check(xd.dims == dxd.dims, "dxDesc", f"dims {dxd.dims} differ from xDesc's {xd.dims}")
+        check(xd.strides == dxd.strides, "dxDesc", f"strides {dxd.strides} differ from xDesc's {xd.strides}")
+        check(len({yd.dataType, dyd.dataType, xd.dataType, dxd.dataType}) == 1, "dxDesc",
+              "the data types of y, dy, x and dx must be equal")
+        check(xd.nbDims == yd.nbDims and xd.dims[:2] == yd.dims[:2], "yDesc",
+              f"dims {yd.dims} must have xDesc's rank and n, c {xd.dims[:2]}")
+        _check_spatial(pd, xd, BWD_DTYPES)
+        for name, d in (("xDesc", xd), ("yDesc", yd)):
+            if not _innermost_unit_stride(d):
+                raise not_supported(name, f"strides {d.strides}: the innermost dim (W, or C for NHWC) must have stride 1")
+        keys = tuple(("PoolingBackward", pd.key(), yd.key(), xd.key(), bz) for bz in (False, True))
+        m = _BWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
+    dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
     def build():
         ins = {"dy": dyd.ir(DY, "dy"), "x": xd.ir(X, "x"), "y": yd.ir(Y, "y")}
         return OperationGraph(blended("ResampleBackward", ins, "dx", dxd.ir(DX, "dx"), b == 0, pd.attrs()), "PoolingBackward")
 
-    run(h, ("PoolingBackward", pd.key(), yd.key(), xd.key(), b == 0), build,
-        {Y: (y, "y"), DY: (dy, "dy"), X: (x, "x"), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
+    run(h, keys[b == 0], build, {Y: (y, "y"), DY: (dy, "dy"), X: (x, "x"), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
 
 
 # CuPy 13 spelled the descriptor setters with cuDNN 5's _v4 suffix.

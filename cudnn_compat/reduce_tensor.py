@@ -25,6 +25,7 @@ from _backend.ir import Operation, OperationGraph, Tensor, packed_strides, virtu
 from ._call import ALPHA, BETA, blend, plan_for, run
 from ._data import scalar
 from ._descriptor import Descriptor, resolve
+from ._memo import Memo
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
@@ -187,34 +188,45 @@ def getReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc) -> int:
     return _workspace_need(h, rd, ad, cd)
 
 
+_REDUCE = Memo("cudnnReduceTensor")
+
+
 @legacy("cudnnReduceTensor")
 def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes,
                  alpha, aDesc, A, beta, cDesc, C) -> None:
-    """C = alpha * reduce_op(A) + beta * C over the dims where C is 1 (002 §3.2.71)."""
+    """C = alpha * reduce_op(A) + beta * C over the dims where C is 1 (002 §3.2.71).  The
+    descriptor checks run once per combination of settings (``_memo``)."""
     h = get_handle(handle)
     rd = reduce_desc(reduceTensorDesc)
     ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
-    _check_shapes(ad, cd)
-    check(ad.dims != cd.dims, "cDesc", f"no dimension is reduced (A and C are both {ad.dims})")
-    _check_types(rd, ad, cd)
-    if rd.wants_indices:
-        check(rd.mode in INDEX_MODES, "reduceTensorDesc",
-              f"indices are computed for MIN, MAX and AMAX only, not {name_of('cudnnReduceTensorOp_t', rd.op)}")
-        if rd.indicesType != ITYPE["CUDNN_32BIT_INDICES"]:
-            raise not_supported("reduceTensorDesc", f"indices type {name_of('cudnnIndicesType_t', rd.indicesType)}: "
-                                "only CUDNN_32BIT_INDICES is supported")
-        need = _indices_bytes(rd, cd)
+    mk = (id(rd._key or rd.key()), id(ad._key or ad.key()), id(cd._key or cd.key()))
+    m = _REDUCE.get(mk)
+    if m is None:
+        mk, m = _REDUCE.canonical((), (rd, ad, cd))
+    if m is None:
+        _check_shapes(ad, cd)
+        check(ad.dims != cd.dims, "cDesc", f"no dimension is reduced (A and C are both {ad.dims})")
+        _check_types(rd, ad, cd)
+        if rd.wants_indices:
+            check(rd.mode in INDEX_MODES, "reduceTensorDesc",
+                  f"indices are computed for MIN, MAX and AMAX only, not {name_of('cudnnReduceTensorOp_t', rd.op)}")
+            if rd.indicesType != ITYPE["CUDNN_32BIT_INDICES"]:
+                raise not_supported("reduceTensorDesc", f"indices type {name_of('cudnnIndicesType_t', rd.indicesType)}: "
+                                    "only CUDNN_32BIT_INDICES is supported")
+        plans = tuple((_key(rd, ad, cd, bz), _builder(rd, ad, cd, bz)) for bz in (False, True))
+        m = _REDUCE.put(mk, (cd.dtype == "float64", _indices_bytes(rd, cd) if rd.wants_indices else None,
+                             _with_indices(rd), plans), (rd.key(), ad.key(), cd.key()))
+    dbl, need, with_indices, plans = m
+    if need is not None:
         have = 0 if indices is None or (isinstance(indices, int) and indices == 0) else int(indicesSizeInBytes)
         check(have >= need, "indicesSizeInBytes", f"the indices need {need} bytes, {have} were given", CUDNN_STATUS_INVALID_VALUE)
-    dbl = cd.dtype == "float64"
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
-    beta_zero = b == 0
-    key, build = _key(rd, ad, cd, beta_zero), _builder(rd, ad, cd, beta_zero)
+    key, build = plans[b == 0]
     ws_need = plan_for(h, key, build).workspace_size  # the plan run() takes from the cache next
     ws_have = 0 if workspace is None or (isinstance(workspace, int) and workspace == 0) else int(workspaceSizeInBytes)
     check(ws_have >= ws_need, "workspaceSizeInBytes", f"the reduction needs {ws_need} bytes of workspace, {ws_have} were given",
           CUDNN_STATUS_INVALID_VALUE)
     tensors = {A_UID: (A, "A"), C_UID: (C, "C")}
-    if _with_indices(rd):
+    if with_indices:
         tensors[I_UID] = (indices, "indices")
     run(h, key, build, tensors, {ALPHA: a, BETA: b}, workspace, ws_have)

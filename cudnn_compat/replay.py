@@ -197,7 +197,7 @@ class _Args:
         if "host_scalar" in enc:
             buf = np.frombuffer(bytes.fromhex(enc["host_scalar"]), np.uint8).copy()
             self.keep.append(buf)
-            return buf.ctypes.data
+            return ctypes.c_void_p(buf.ctypes.data)  # a host pointer (Python ints are values)
         if "pointer" in enc or "array" in enc:
             return self.buffer(enc, name)
         raise Unreplayable(f"argument {name}: unknown encoding {sorted(enc)}")

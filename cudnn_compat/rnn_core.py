@@ -47,9 +47,11 @@ from functools import cached_property
 
 from _backend import dtypes
 from _backend.ir import Tensor
+from _backend.math_policy import allow_tf32
 from . import _bound_graph as bg
+from ._data import preflight
 from .dropout import rng_op
-from .enums import ENUMS
+from .enums import ENUMS, name_of
 
 RNN_MODES = {v: k for k, v in {"RELU": 0, "TANH": 1, "LSTM": 2, "GRU": 3}.items()}
 GATES = {"RELU": 1, "TANH": 1, "LSTM": 4, "GRU": 3}
@@ -79,7 +81,7 @@ class RNNConfig:
     dtype: str  # data / weight dtype
     cdtype: str  # compute dtype (mathPrec)
     clip: "str | None" = None  # None, or the clip NaN mode 'PROPAGATE'/'NOT_PROPAGATE' (LSTM only)
-    tf32: bool = False  # FLOAT data and a math type that permits TF32 (002 cudnnMathType_t: all but FMA_MATH)
+    tf32: bool = False  # _backend.math_policy.allow_tf32(dtype, mathType): the one TF32 rule, env included
 
     @property
     def g(self) -> int:
@@ -120,7 +122,7 @@ def config_of(d, dataType=None, inputSize=None) -> RNNConfig:
     clip = None
     if mode == "LSTM" and d.clipMode == ENUMS["cudnnRNNClipMode_t"]["CUDNN_RNN_CLIP_MINMAX"]:
         clip = "PROPAGATE" if d.clipNanOpt == ENUMS["cudnnNanPropagation_t"]["CUDNN_PROPAGATE_NAN"] else "NOT_PROPAGATE"
-    tf32 = DTYPE_OF[dataType] == "float32" and d.mathType != ENUMS["cudnnMathType_t"]["CUDNN_FMA_MATH"]
+    tf32 = allow_tf32(DTYPE_OF[dataType], name_of("cudnnMathType_t", d.mathType)[len("CUDNN_"):])  # math_policy
     return RNNConfig(mode, BIAS[d.biasMode], 2 if d.dirMode == 1 else 1, d.inputMode == 1, int(inputSize),
                      d.hiddenSize, d.projSize if mode == "LSTM" else d.hiddenSize, d.numLayers,
                      DTYPE_OF[dataType], DTYPE_OF[d.mathPrec], clip, tf32)
@@ -471,7 +473,7 @@ def _dir_stride(first: int, second: "int | None", default: int) -> int:
 def rec_attrs(call: Call) -> dict:
     cfg, geo = call.cfg, call.geo
     return {"mode": cfg.mode, "layout": geo.layout, "T": geo.T, "lengths": tuple(geo.lengths),
-            "directions": tuple(d == 1 for d in range(cfg.D)), "clip": cfg.clip, "allow_tf32": cfg.tf32}
+            "directions": tuple(d == 1 for d in range(cfg.D)), "clip": cfg.clip, "math_type": math_type(cfg)}
 
 
 def dir_weight(call: Call, b, l: int, kind: str, dims: tuple, col0: int = 0) -> Tensor:
@@ -741,12 +743,28 @@ def _stamped(builder: bg.GraphBuilder, cfg: RNNConfig) -> bg.GraphBuilder:
     return builder
 
 
-def run(handle, call: Call, kind: str, buffers: dict, values: dict) -> None:
-    """Build (or fetch) every graph of the call first, then run them in order."""
+def written_buffers(bounds) -> set:
+    """Names of the caller's buffers that any of the bound graphs writes."""
+    out = set()
+    for bound in bounds:
+        if bound is not None:
+            out.update(bound.bindings[t.uid][0] for t in bound.graph.external_outputs() if t.uid in bound.bindings)
+    return out
+
+
+def run(handle, call: Call, kind: str, buffers: dict, values: dict, specs: "dict | None" = None) -> None:
+    """Build (or fetch) every graph of the call first, then check every buffer (``specs``: name ->
+    (argname, (dtype or None, bytes)); written = bound to an output of some graph) with
+    ``_data.preflight``, then run the graphs in order: a rejected call writes nothing."""
     prepared = []
     for stage, fn, arg in stages(call, kind):
         key = call.key(stage)
         prepared.append((key, bg.prepare(key, (lambda fn=fn, arg=arg: _stamped(
             fn(call, arg) if arg is not None else fn(call), call.cfg)))))
+    if specs is not None:
+        written = written_buffers(bound for _, bound in prepared)
+        names = list(buffers)
+        buffers = dict(zip(names, preflight(handle, [(buffers[n], specs[n][1], specs[n][0], n in written)
+                                                     for n in names])))
     for key, bound in prepared:
         bg.execute(handle, key, bound, buffers, values)

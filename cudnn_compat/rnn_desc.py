@@ -421,8 +421,9 @@ def _int_array(arr, n, argname):
 def _fill_value(paddingFill, dataType):
     if paddingFill is None or (isinstance(paddingFill, int) and not isinstance(paddingFill, bool) and paddingFill == 0):
         return None
-    if isinstance(paddingFill, int) and paddingFill >= _data.POINTER_MIN and dataType == E["CUDNN_DATA_HALF"]:
-        return float(np.frombuffer((ctypes.c_uint8 * 2).from_address(paddingFill), np.float16)[0])
+    addr = _data.raw_address(paddingFill)  # a ctypes pointer to a half (Python numbers are values)
+    if addr and addr >= _data.POINTER_MIN and dataType == E["CUDNN_DATA_HALF"]:
+        return float(np.frombuffer((ctypes.c_uint8 * 2).from_address(addr), np.float16)[0])
     return _data.scalar(paddingFill, "paddingFill", dataType == E["CUDNN_DATA_DOUBLE"])
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 
 from _backend import dtypes
 from _backend.ir import packed_strides
 from . import _bound_graph as bg
 from ._registry import legacy
-from .errors import check, not_supported
+from ._data import library_object, raw_address, read_host
+from .errors import bad_param, check, not_supported
 from .handle import get_handle
 from .rnn_core import Geometry, config_of, spaces
 from .rnn_desc import PADDED_IO, check_call_types, rnn_desc
@@ -32,10 +34,22 @@ from .tensor import VECTOR_WIDTH, tensor_desc
 def desc_array(arr, n: int, argname: str) -> list:
     """``n`` tensor descriptors from a sequence, or from a host pointer to an array of handles."""
     check(isinstance(n, int) and n > 0, "seqLength", f"must be a positive int, got {n!r}")
-    if isinstance(arr, int) and not isinstance(arr, bool):
-        check(arr != 0, argname, "is NULL")
-        arr = list((ctypes.c_size_t * n).from_address(arr))
-    check(arr is not None and len(arr) >= n, argname, f"must hold seqLength = {n} descriptors")
+    if library_object(arr):  # one descriptor is no array, and its id is no address
+        raise bad_param(argname, f"is {arr!r}; an array of seqLength = {n} descriptors is expected "
+                                 "(a sequence, or a host pointer to the handles)")
+    addr = raw_address(arr)
+    if addr is None and isinstance(arr, numbers.Integral) and not isinstance(arr, bool):
+        addr = int(arr)  # CuPy 13's convention: a host pointer int to an array of handles
+    if addr is not None:
+        check(addr != 0, argname, "is NULL")
+        raw = read_host(addr, n * ctypes.sizeof(ctypes.c_size_t))  # None, never a fault, for a bad address
+        check(raw is not None, argname, f"{addr:#x} is not a readable host pointer to {n} descriptor handles")
+        arr = list((ctypes.c_size_t * n).from_buffer_copy(raw))
+    try:
+        held = len(arr)
+    except TypeError:
+        held = -1
+    check(held >= n, argname, f"must hold seqLength = {n} descriptors")
     return [tensor_desc(arr[t], f"{argname}[{t}]") for t in range(n)]
 
 

@@ -100,8 +100,11 @@ def values(d) -> dict:
     return {"zero": 0.0, "fill": 0.0, "lclip": d.lclip, "rclip": d.rclip, "scale": dd.scale if dd is not None else 1.0}
 
 
-def check_buffers(cfg, geo, bufs: dict, sp, training: bool) -> None:
-    """Sizes of array arguments (pointer ints cannot be checked)."""
+def buffer_specs(cfg, geo, bufs: dict, sp, training: bool) -> dict:
+    """name -> (argname, (dtype or None, bytes needed)) of every buffer of the call: the data,
+    state and weight buffers hold the RNN's data type; workspace, reserve space and dropout
+    states are untyped.  NULL workspace (or reserve space in training) is BAD_PARAM."""
+    from .dropout import STATES_SIZE
     isz = dtypes.itemsize(cfg.dtype)
     V = cfg.D * cfg.Hout
     sizes = {"x": geo.N * cfg.I, "dx": geo.N * cfg.I, "y": geo.N * V, "dy": geo.N * V}
@@ -109,23 +112,23 @@ def check_buffers(cfg, geo, bufs: dict, sp, training: bool) -> None:
         sizes[name] = cfg.pseudo_layers * geo.B * cfg.Hout
     for name in ("cx", "cy", "dcx", "dcy"):
         sizes[name] = cfg.pseudo_layers * geo.B * cfg.H
-    for name, data in bufs.items():
-        if name in sizes and not bg.is_null(data):
-            bg.check_buffer(data, name, sizes[name] * isz)
-    if "w" in bufs:
-        bg.check_buffer(bufs["w"], "weightSpace", weight_space_size(cfg))
-    if "dw" in bufs:
-        bg.check_buffer(bufs["dw"], "dweightSpace", weight_space_size(cfg))
-    bg.check_buffer(bufs.get("ws"), "workSpace", sp.ws_size)
+    specs = {name: (name, (cfg.dtype, n * isz)) for name, n in sizes.items()}
+    specs["w"] = ("weightSpace", (cfg.dtype, weight_space_size(cfg)))
+    specs["dw"] = ("dweightSpace", (cfg.dtype, weight_space_size(cfg)))
+    specs["ws"] = ("workSpace", (None, sp.ws_size))
+    specs["rs"] = ("reserveSpace", (None, sp.rs_size))
+    specs["states"] = ("rnnDesc.dropoutDesc.states", (None, STATES_SIZE))
+    check(not bg.is_null(bufs.get("ws")), "workSpace", "is NULL")
     if training:
-        bg.check_buffer(bufs.get("rs"), "reserveSpace", sp.rs_size)
+        check(not bg.is_null(bufs.get("rs")), "reserveSpace", "is NULL")
+    return specs
 
 
 def dispatch(handle, d, cfg, geo, kind: str, training: bool, bufs: dict, fill=None) -> None:
     """Run ``kind`` (forward / backward_data / backward_weights) on the checked arguments."""
     bufs = {k: v for k, v in bufs.items() if not bg.is_null(v)}
     sp = spaces(cfg, geo)
-    check_buffers(cfg, geo, bufs, sp, training)
+    specs = buffer_specs(cfg, geo, bufs, sp, training)
     p = dropout_in_effect(d, cfg, training)
     if p > 0:
         bufs["states"] = d.dropoutDesc.states
@@ -135,7 +138,7 @@ def dispatch(handle, d, cfg, geo, kind: str, training: bool, bufs: dict, fill=No
     vals = values(d)
     if fill is not None:
         vals["fill"] = fill
-    run(handle, call, kind, bufs, vals)
+    run(handle, call, kind, bufs, vals, specs)  # every buffer is checked before the first graph runs
 
 
 # -- v8 calls ------------------------------------------------------------------------------------

@@ -13,12 +13,14 @@ import os
 import runpy
 import sys
 
+from _backend import config as _config
+
 USAGE = "usage: python -m cudnn_compat.run [--allow-stub] (script.py | -m module) [args...]"
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    allow_stub = os.environ.get("CUDNN_COMPAT_SHIM", "").strip().lower() == "stub"
+    allow_stub = _config.get("CUDNN_COMPAT_SHIM") == "stub"
     while argv and argv[0] in ("--allow-stub", "-h", "--help"):
         if argv[0] != "--allow-stub":
             print(USAGE)

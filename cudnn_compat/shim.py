@@ -8,6 +8,8 @@
     cupy.cudnn                                       -> the helpers, warning DeprecationWarning
                                                         on first use as CuPy 13 did
     cupy.cuda.cudnn_enabled = True                   (the flag Chainer-era code reads)
+    cupyx.get_runtime_info()                         with CuPy 13's "cuDNN Build Version" and
+                                                     "cuDNN Version" rows again
 
 both in ``sys.modules`` and as attributes of the parent packages.  A name CuPy still provides
 (CuPy 13 with a loadable libcudnn) is left alone.  Without CuPy at all, nothing is registered
@@ -41,6 +43,8 @@ import sys
 import types
 import warnings
 
+from _backend import config as _config
+
 LOW = ("cupy.cuda.cudnn", "cupy_backends.cuda.libs.cudnn")
 HIGH = ("cupyx.cudnn",)
 DEPRECATED = ("cupy.cudnn",)
@@ -48,7 +52,10 @@ NAMES = LOW + HIGH + DEPRECATED
 STUB_PACKAGES = ("cupy", "cupy.cuda", "cupyx", "cupy_backends", "cupy_backends.cuda", "cupy_backends.cuda.libs")
 ENV = "CUDNN_COMPAT_SHIM"
 PTH_NAME = "cudnn_compat_shim.pth"
-PTH_LINE = ("import os; os.environ.get('CUDNN_COMPAT_SHIM', '0').lower() not in ('', '0', 'false', 'no') and "
+# runs at every interpreter start: one environment lookup unless the variable is set; its value is
+# then parsed by _backend.config like every other (1|on|true|yes, stub; 0|off|false|no: nothing)
+PTH_LINE = ("import os; os.environ.get('CUDNN_COMPAT_SHIM', '').strip() and "
+            "__import__('_backend.config').config.get('CUDNN_COMPAT_SHIM') != 'off' and "
             "__import__('cudnn_compat.shim').shim.install_import_hook()\n")
 
 _installed: dict = {}  # what the last install changed: {"modules": {name: previous or None}, "attrs": [...]}
@@ -134,6 +141,102 @@ def _cupy_importable() -> bool:
     return True
 
 
+# -- cupyx.get_runtime_info(): CuPy 13's cuDNN rows -----------------------------------------------------
+# CuPy 13's cupyx/_runtime.py printed, after "Jitify Build Version":
+#     cuDNN Build Version : cudnn.get_build_version()
+#     cuDNN Version       : _eval_or_error(cudnn.getVersion, cudnn.CuDNNError)  (repr of the error)
+# with ``cudnn`` = ``cupy_backends.cuda.libs.cudnn``.  CuPy 14 dropped both rows; under the shim
+# ``cupyx._runtime._RuntimeInfo`` becomes a subclass that has them again.
+
+CUDNN_ROWS_BEFORE = ("NCCL Build Version", "cuTENSOR Version", "Device ")
+
+
+def _cudnn_module():
+    mod = sys.modules.get("cupy_backends.cuda.libs.cudnn")
+    if mod is None:
+        from . import cupy_cudnn as mod
+    return mod
+
+
+def cudnn_runtime_rows() -> list:
+    """[(label, value)] of CuPy 13's two cuDNN rows, evaluated now as CuPy 13 did."""
+    cudnn = _cudnn_module()
+    build = cudnn.get_build_version()
+    try:
+        version = cudnn.getVersion()
+    except cudnn.CuDNNError as e:  # CuPy 13's _eval_or_error(cudnn.getVersion, cudnn.CuDNNError)
+        version = repr(e)
+    return [("cuDNN Build Version", build), ("cuDNN Version", version)]
+
+
+def insert_rows(text: str, rows: list) -> str:
+    """``text`` (CuPy's ``'{:width}: {}\\n'`` records) with ``rows`` added in the same format, before
+    the first of CUDNN_ROWS_BEFORE (else at the end); unchanged when the first label is there."""
+    lines = text.splitlines(keepends=True)
+    if any(ln.startswith(rows[0][0] + " ") or ln.startswith(rows[0][0] + ":") for ln in lines):
+        return text
+    width = max([ln.index(": ") for ln in lines if ": " in ln] + [0])
+    if width < max(len(r[0]) + 2 for r in rows):  # a wider label: pad every record to it, as CuPy would
+        width = max(len(r[0]) + 2 for r in rows)
+        lines = [f"{ln[:ln.index(': ')].rstrip():{width}}{ln[ln.index(': '):]}" if ": " in ln else ln for ln in lines]
+    new = [f"{label:{width}}: {value}\n" for label, value in rows]
+    at = next((i for i, ln in enumerate(lines) if ln.startswith(CUDNN_ROWS_BEFORE)), len(lines))
+    return "".join(lines[:at] + new + lines[at:])
+
+
+def with_cudnn_rows(base: type) -> type:
+    """A subclass of CuPy's ``_RuntimeInfo`` with CuPy 13's ``cudnn_build_version`` /
+    ``cudnn_version`` attributes and rows."""
+    class _RuntimeInfo(base):
+        __cudnn_compat__ = True
+        cudnn_build_version = None
+        cudnn_version = None
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            (_, self.cudnn_build_version), (_, self.cudnn_version) = cudnn_runtime_rows()
+
+        def __str__(self):
+            return insert_rows(super().__str__(), [("cuDNN Build Version", self.cudnn_build_version),
+                                                   ("cuDNN Version", self.cudnn_version)])
+    _RuntimeInfo.__module__ = base.__module__
+    _RuntimeInfo.__qualname__ = base.__qualname__
+    return _RuntimeInfo
+
+
+class _StubRuntimeInfo:
+    """``cupyx.get_runtime_info()`` of the stand-in namespace (CuPy not installed)."""
+
+    def __init__(self, *, full=True):
+        import numpy
+        self.cupy_version = "(not installed; cudnn-compat stand-in namespace)"
+        self.numpy_version = numpy.version.full_version
+
+    def __str__(self):
+        import platform
+        records = [("OS", platform.platform()), ("Python Version", platform.python_version()),
+                   ("CuPy Version", self.cupy_version), ("NumPy Version", self.numpy_version)]
+        width = max(len(r[0]) for r in records) + 2
+        return "".join(f"{k:{width}}: {v}\n" for k, v in records)
+
+
+def _patch_runtime_info(record, have_cupy: bool) -> None:
+    """Give ``cupyx.get_runtime_info()`` CuPy 13's cuDNN rows (see above)."""
+    rt = sys.modules.get("cupyx._runtime")
+    if rt is None and have_cupy:
+        try:
+            rt = importlib.import_module("cupyx._runtime")
+        except Exception:  # noqa: BLE001 - a CuPy without it: nothing to patch
+            rt = None
+    base = getattr(rt, "_RuntimeInfo", None) if rt is not None else None
+    if isinstance(base, type) and not getattr(base, "__cudnn_compat__", False):
+        _set_attr(record, "cupyx._runtime", "_RuntimeInfo", with_cudnn_rows(base))
+    cupyx = sys.modules.get("cupyx")
+    if isinstance(cupyx, _Stub) and "get_runtime_info" not in cupyx.__dict__:
+        info = with_cudnn_rows(_StubRuntimeInfo)
+        _set_attr(record, "cupyx", "get_runtime_info", lambda *, full=True: info(full=full))
+
+
 def _remember(record, name):
     record["modules"].setdefault(name, sys.modules.get(name))
 
@@ -185,6 +288,7 @@ def install_cupy_shim(allow_stub: bool = False, force: bool = False) -> list:
         done.append(name)
     if "cupy.cuda.cudnn" in done:
         _set_attr(record, "cupy.cuda", "cudnn_enabled", True)
+        _patch_runtime_info(record, have_cupy)
     if record["modules"] or record["attrs"]:
         _installed.setdefault("stack", []).append(record)
     return done
@@ -250,7 +354,7 @@ class _Present(importlib.abc.Loader):
 def install_import_hook(allow_stub: "bool | None" = None) -> None:
     """Append the lazy finder (once).  ``allow_stub`` None: from ``CUDNN_COMPAT_SHIM=stub``."""
     if allow_stub is None:
-        allow_stub = os.environ.get(ENV, "").strip().lower() == "stub"
+        allow_stub = _config.get(ENV) == "stub"
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.append(_Finder(allow_stub))
 

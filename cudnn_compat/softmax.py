@@ -11,6 +11,7 @@ from __future__ import annotations
 from _backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import same_buffer, scalar
+from ._memo import Memo
 from ._registry import legacy
 from .activation import require_dtype, require_spatial_packed
 from .enums import ENUMS, is_valid
@@ -39,28 +40,48 @@ def _supported(desc, argname: str) -> None:
     require_spatial_packed(desc, argname)
 
 
+_FWD, _BWD = Memo("cudnnSoftmaxForward"), Memo("cudnnSoftmaxBackward")
+
+
+def _enums(algorithm, mode) -> tuple:
+    """(algorithm, mode) as plain ints; BAD_PARAM (``_settings``) for an invalid enumerant."""
+    if type(algorithm) is not int or type(mode) is not int or algorithm not in ALGORITHMS or mode not in MODE_AXES:
+        _settings(algorithm, mode)
+        algorithm, mode = int(algorithm), int(mode)
+    return algorithm, mode
+
+
 @legacy("cudnnSoftmaxForward")
 def softmaxForward(handle, algorithm, mode, alpha, xDesc, x, beta, yDesc, y) -> None:
     """y = alpha*softmax(x) + beta*y (002 §3.2.96).  BAD_PARAM: x/y dims or data type differ,
-    invalid algorithm or mode."""
+    invalid algorithm or mode.  The descriptor checks run once per combination (``_memo``)."""
     h = get_handle(handle)
-    algo, axes = _settings(algorithm, mode)
+    algorithm, mode = _enums(algorithm, mode)
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
-    check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
-    check(not same_buffer(x, y) or xd.strides == yd.strides, "yDesc",
-          f"in-place (x == y) needs equal strides (x {xd.strides}, y {yd.strides})")
-    _supported(xd, "xDesc")
-    _supported(yd, "yDesc")
-    dbl = xd.dtype == "float64"
+    mk = (algorithm, mode, id(xd._key or xd.key()), id(yd._key or yd.key()))
+    m = _FWD.get(mk)
+    if m is None:
+        mk, m = _FWD.canonical((algorithm, mode), (xd, yd))
+    if m is None:
+        algo, axes = _settings(algorithm, mode)
+        check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
+        check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
+        check(not same_buffer(x, y) or xd.strides == yd.strides, "yDesc",
+              f"in-place (x == y) needs equal strides (x {xd.strides}, y {yd.strides})")
+        _supported(xd, "xDesc")
+        _supported(yd, "yDesc")
+        attrs = {"algorithm": algo, "axes": axes(xd.nbDims)}
+        keys = tuple(("SoftmaxForward", algo, attrs["axes"], xd.key(), yd.key(), bz) for bz in (False, True))
+        m = _FWD.put(mk, (xd.dtype == "float64", attrs, xd.strides == yd.strides, keys), (xd.key(), yd.key()))
+    dbl, attrs, same_strides, keys = m
+    if not same_strides:
+        check(not same_buffer(x, y), "yDesc", f"in-place (x == y) needs equal strides (x {xd.strides}, y {yd.strides})")
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
-    attrs = {"algorithm": algo, "axes": axes(xd.nbDims)}
 
     def build():
-        return OperationGraph(blended("Softmax", {"x": xd.ir(X, "x")}, "y", yd.ir(Y, "y"), b == 0, attrs), "SoftmaxForward")
+        return OperationGraph(blended("Softmax", {"x": xd.ir(X, "x")}, "y", yd.ir(Y, "y"), b == 0, dict(attrs)), "SoftmaxForward")
 
-    run(h, ("SoftmaxForward", algo, attrs["axes"], xd.key(), yd.key(), b == 0), build,
-        {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+    run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
 
 
 @legacy("cudnnSoftmaxBackward")
@@ -69,23 +90,32 @@ def softmaxBackward(handle, algorithm, mode, alpha, yDesc, y, dyDesc, dy, beta, 
     y/dy strides differ; data types differ; in-place (dy == dx) with different strides;
     invalid algorithm or mode."""
     h = get_handle(handle)
-    algo, axes = _settings(algorithm, mode)
+    algorithm, mode = _enums(algorithm, mode)
     yd, dyd, dxd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
-    for name, t in (("dyDesc", dyd), ("dxDesc", dxd)):
-        check(t.dims == yd.dims, name, f"dims {t.dims} must equal yDesc's {yd.dims}")
-        check(t.dataType == yd.dataType, name, "data type must equal yDesc's")
-    check(dyd.strides == yd.strides, "dyDesc", f"strides {dyd.strides} must equal yDesc's {yd.strides}")
-    check(not same_buffer(dy, dx) or dyd.strides == dxd.strides, "dxDesc",
-          f"in-place (dy == dx) needs equal strides (dy {dyd.strides}, dx {dxd.strides})")
-    for name, t in (("yDesc", yd), ("dxDesc", dxd)):
-        _supported(t, name)
-    dbl = yd.dtype == "float64"
+    mk = (algorithm, mode, id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(dxd._key or dxd.key()))
+    m = _BWD.get(mk)
+    if m is None:
+        mk, m = _BWD.canonical((algorithm, mode), (yd, dyd, dxd))
+    if m is None:
+        algo, axes = _settings(algorithm, mode)
+        for name, t in (("dyDesc", dyd), ("dxDesc", dxd)):
+            check(t.dims == yd.dims, name, f"dims {t.dims} must equal yDesc's {yd.dims}")
+            check(t.dataType == yd.dataType, name, "data type must equal yDesc's")
+        check(dyd.strides == yd.strides, "dyDesc", f"strides {dyd.strides} must equal yDesc's {yd.strides}")
+        check(not same_buffer(dy, dx) or dyd.strides == dxd.strides, "dxDesc",
+              f"in-place (dy == dx) needs equal strides (dy {dyd.strides}, dx {dxd.strides})")
+        for name, t in (("yDesc", yd), ("dxDesc", dxd)):
+            _supported(t, name)
+        attrs = {"algorithm": algo, "axes": axes(yd.nbDims)}
+        keys = tuple(("SoftmaxBackward", algo, attrs["axes"], yd.key(), dyd.key(), dxd.key(), bz) for bz in (False, True))
+        m = _BWD.put(mk, (yd.dtype == "float64", attrs, dyd.strides == dxd.strides, keys), (yd.key(), dyd.key(), dxd.key()))
+    dbl, attrs, same_strides, keys = m
+    if not same_strides:
+        check(not same_buffer(dy, dx), "dxDesc", f"in-place (dy == dx) needs equal strides (dy {dyd.strides}, dx {dxd.strides})")
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
-    attrs = {"algorithm": algo, "axes": axes(yd.nbDims)}
 
     def build():
         ins = {"y": yd.ir(Y, "y"), "dy": dyd.ir(DY, "dy")}
-        return OperationGraph(blended("SoftmaxBackward", ins, "dx", dxd.ir(DX, "dx"), b == 0, attrs), "SoftmaxBackward")
+        return OperationGraph(blended("SoftmaxBackward", ins, "dx", dxd.ir(DX, "dx"), b == 0, dict(attrs)), "SoftmaxBackward")
 
-    run(h, ("SoftmaxBackward", algo, attrs["axes"], yd.key(), dyd.key(), dxd.key(), b == 0), build,
-        {Y: (y, "y"), DY: (dy, "dy"), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
+    run(h, keys[b == 0], build, {Y: (y, "y"), DY: (dy, "dy"), DX: (dx, "dx")}, {ALPHA: a, BETA: b})

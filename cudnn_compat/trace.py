@@ -43,9 +43,10 @@ import zipfile
 
 import numpy as np
 
+from _backend import config as _config
 from _backend.heuristics import ORDER, forced_engine
 from . import _call, _registry
-from ._data import POINTER_MIN, extent_bytes
+from ._data import POINTER_MIN, extent_bytes, raw_address
 from ._descriptor import Descriptor
 from .errors import CuDNNError, getErrorString
 
@@ -97,12 +98,14 @@ def encode_value(v, name: str):
         return {"array": list(iface["shape"]), "dtype": str(np.dtype(iface["typestr"])), "device": "gpu"}
     if isinstance(v, bool) or v is None or isinstance(v, str):
         return v
-    if isinstance(v, (int, np.integer)):
-        v = int(v)
-        if v >= POINTER_MIN and name.startswith(SCALAR_PARAMS):
+    addr = raw_address(v)  # a ctypes pointer (Python numbers are values: docs/conventions.md)
+    if addr is not None:
+        if addr >= POINTER_MIN and name.startswith(SCALAR_PARAMS):
             import ctypes
-            return {"host_scalar": ctypes.string_at(v, 8).hex()}  # float or double: replay passes the same bytes
-        return v
+            return {"host_scalar": ctypes.string_at(addr, 8).hex()}  # float or double: replay passes the same bytes
+        return {"pointer": addr, "device": "host"}
+    if isinstance(v, (int, np.integer)):
+        return int(v)
     if isinstance(v, (float, np.floating)):
         return float(v)
     if isinstance(v, (list, tuple)):
@@ -164,6 +167,8 @@ def math_type(graph) -> "str | None":
 def _address(data) -> "int | None":
     if isinstance(data, int) and not isinstance(data, bool):
         return int(data)
+    if raw_address(data) is not None:  # ctypes pointers
+        return raw_address(data)
     if isinstance(data, np.ndarray):
         return data.__array_interface__["data"][0]
     iface = getattr(data, "__cuda_array_interface__", None)
@@ -361,6 +366,8 @@ class Recorder:
                 spans.append((name, lo, lo + _nbytes(v), "array"))
             elif isinstance(v, int) and not isinstance(v, (bool, Descriptor)) and v >= POINTER_MIN:
                 spans.append((name, int(v), None, "pointer"))
+            elif (raw_address(v) or 0) >= POINTER_MIN and not name.startswith(SCALAR_PARAMS):
+                spans.append((name, raw_address(v), None, "pointer"))
         if not spans:
             return
         bases = {_address(d) for d, _a in tensors.values()}
@@ -384,14 +391,15 @@ class Recorder:
                 continue
             call.snapped.add(name)
             v = call.params[name]
-            arr = _read_pointer(handle, int(v), size) if isinstance(v, int) else _to_host(v)
+            ptr = v if isinstance(v, int) else raw_address(v)
+            arr = _read_pointer(handle, int(ptr), size) if ptr is not None else _to_host(v)
             key = f"c{call.entry['seq']}.arg.{name}"
             self._save(key, arr)
             enc = call.entry["args"][name]
             if isinstance(enc, dict):
                 enc["ref"] = key
             else:
-                call.entry["args"][name] = {"pointer": int(v), "bytes": int(size), "ref": key,
+                call.entry["args"][name] = {"pointer": int(ptr), "bytes": int(size), "ref": key,
                                             "device": handle.place}
 
 
@@ -511,10 +519,10 @@ def trace(path, tensors: bool = False):
 
 def from_environment() -> "Recorder | None":
     """Start the recorder ``CUDNN_COMPAT_TRACE`` asks for (tensors with ``CUDNN_COMPAT_TRACE_TENSORS=1``)."""
-    path = os.environ.get("CUDNN_COMPAT_TRACE", "").strip()
+    path = _config.get("CUDNN_COMPAT_TRACE") or ""
     if not path or active() is not None:
         return None
-    tensors = os.environ.get("CUDNN_COMPAT_TRACE_TENSORS", "").strip().lower() in ("1", "true", "yes", "on")
+    tensors = _config.get("CUDNN_COMPAT_TRACE_TENSORS")
     rec = start(path, tensors)
     atexit.register(stop, rec)
     return rec

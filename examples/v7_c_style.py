@@ -3,13 +3,15 @@
 The network: conv 3x3 (pad 1) + bias -> ReLU -> 2x2 max pooling -> softmax over channels, then
 the convolution's backward passes (data, filter, bias) for an upstream gradient.  Each Python
 statement follows the C line in the comment above it; the Python mapping is the one of
-docs/conventions.md (out-parameters become return values, ``&alpha`` is a host pointer int).
+docs/conventions.md (out-parameters become return values, ``&alpha`` is a ``ctypes.c_void_p``).
 
     python examples/v7_c_style.py              # GPU when CuPy sees one, else the CPU reference
     CUDNN_COMPAT_DEVICE=cpu python examples/v7_c_style.py
 
 No shim is needed: the C names are cudnn_compat's own.
 """
+import ctypes
+
 import numpy as np
 
 from cudnn_compat import (  # #include <cudnn.h>: the C names and constants used below
@@ -46,7 +48,7 @@ def main(seed=0, dtype=np.float32, N=2, C=3, H=8, W=8, K=4):
 
     # float alpha = 1.0f, beta = 0.0f;   (double for double data)  -- passed as &alpha, &beta
     alpha, beta = np.array(1.0, dtype), np.array(0.0, dtype)
-    p_alpha, p_beta = alpha.ctypes.data, beta.ctypes.data
+    p_alpha, p_beta = ctypes.c_void_p(alpha.ctypes.data), ctypes.c_void_p(beta.ctypes.data)
 
     # cudnnTensorDescriptor_t xDesc;  cudnnCreateTensorDescriptor(&xDesc);
     xDesc = cudnnCreateTensorDescriptor()

@@ -1,6 +1,7 @@
 """The backend API (002 §5.2.1-§5.2.7, ch. 9; 000 "Graph API") on the CPU reference engine:
 graphs built purely through cudnnBackend* calls, checked against loops written here; GetAttribute
 round trips; every status rule; finalize messages naming the failed check and attribute."""
+import ctypes
 import itertools
 
 import numpy as np
@@ -163,7 +164,12 @@ def test_conv_forward_graph_matches_loop(handle, rng):
     w = rng.standard_normal((K, C, R, S)).astype(np.float32)
     y0 = rng.standard_normal((N, K, P, Q)).astype(np.float32)
     y = y0.copy()
-    execute(handle, plan, {ord("x"): xbuf, ord("w"): w.ctypes.data, ord("y"): y})  # arrays or host pointer ints
+    # arrays or host pointers (ctypes.c_void_p; a plain int is BAD_PARAM on the CPU place, docs/conventions.md)
+    with pytest.raises(cc.CuDNNError) as e:
+        execute(handle, plan, {ord("x"): xbuf, ord("w"): w.ctypes.data, ord("y"): y})
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM and "c_void_p" in str(e.value)
+    np.testing.assert_array_equal(y, y0)
+    execute(handle, plan, {ord("x"): xbuf, ord("w"): ctypes.c_void_p(w.ctypes.data), ord("y"): y})
     want = 1.5 * loop_conv(xv.astype(np.float64), w, pre, stride, dil, (P, Q)) + 0.5 * y0
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 

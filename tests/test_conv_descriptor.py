@@ -1,6 +1,8 @@
 """Convolution descriptors and output-dim queries (002 §5.2.11/§5.2.12 Create/Destroy, §5.2.33/
 §5.2.17 Set/Get 2d, §5.2.36/§5.2.27 Set/Get Nd, §5.2.34/§5.2.25 group count, §5.2.35/§5.2.26 math
 type, §5.2.37/§5.2.29 reorder type, §5.2.18/§5.2.28 forward output dims), with their errors."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -32,8 +34,9 @@ def test_2d_round_trip_and_extras():
 def test_nd_round_trip_lists_and_host_pointers():
     d = cc.createConvolutionDescriptor()
     pad, stride, dil = (np.array(v, np.int32) for v in ([0, 1, 2], [1, 2, 3], [2, 1, 1]))
-    # CuPy 13 passed int* host pointers (setConvolutionNdDescriptor_v3)
-    cc.setConvolutionNdDescriptor_v3(d, 3, pad.ctypes.data, stride.ctypes.data, dil.ctypes.data, CROSS, FLOAT)
+    # CuPy 13 passed int* host pointers (setConvolutionNdDescriptor_v3); here as ctypes pointers (issue 13)
+    pad, stride, dil = (a.ctypes.data_as(ctypes.c_void_p) for a in (pad, stride, dil))
+    cc.setConvolutionNdDescriptor_v3(d, 3, pad, stride, dil, CROSS, FLOAT)
     assert cc.cudnnGetConvolutionNdDescriptor(d, 3) == (3, [0, 1, 2], [1, 2, 3], [2, 1, 1], CROSS, FLOAT)
     assert cc.cudnnGetConvolutionNdDescriptor(d, 1) == (3, [0], [1], [2], CROSS, FLOAT)  # min(requested, actual)
     cc.cudnnSetConvolutionNdDescriptor(d, 2, [3, 4], [1, 1], [1, 2], CONV, HALF)

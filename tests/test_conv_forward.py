@@ -1,6 +1,8 @@
 """cudnnConvolutionForward against a direct-loop convolution written in the test (002 §5.2.10):
 padding, stride, dilation, groups, both modes, NCHW/NHWC/strided tensors, KCRS/KRSC filters,
 2-d and 3-d, float/double/half/bfloat16/int8 configurations, alpha/beta blending."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -96,7 +98,8 @@ def test_forward_scalars_as_host_pointers(handle, rng):
     x, w = rng.standard_normal(case[0]), rng.standard_normal(case[1])
     y0 = rng.standard_normal(out_shape(*case[:2], *case[2:5]))
     a, b = np.array(0.25, np.float64), np.array(2.0, np.float64)  # DOUBLE data: alpha/beta are double*
-    got = forward(handle, x, w, case, dtype=DOUBLE, compute=DOUBLE, alpha=a.ctypes.data, beta=b.ctypes.data, y0=y0)
+    got = forward(handle, x, w, case, dtype=DOUBLE, compute=DOUBLE, alpha=ctypes.c_void_p(a.ctypes.data),
+                  beta=ctypes.c_void_p(b.ctypes.data), y0=y0)
     np.testing.assert_allclose(got, 0.25 * ref_conv(x, w, *case[2:]) + 2.0 * y0, rtol=1e-12)
 
 
@@ -160,4 +163,4 @@ def test_conv_op_attrs_record_the_call(handle, rng):
     assert ops and ops[-1].attrs == {
         "mode": "CONVOLUTION", "pre_padding": (1, 2), "post_padding": (1, 2), "stride": (2, 1), "dilation": (1, 2),
         "groups": 2, "compute_type": "float32", "math_type": "DEFAULT_MATH",
-        "algo": "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM"}
+        "algo": "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM", "zero_workspace": True}  # _conv_algos.zero_workspace_algo

@@ -1,6 +1,8 @@
 """The fused-ops API against formulas written here (002 §6.1.3, §6.2.3-§6.2.19, Tables 23-35;
 inventory §2.16): each of the 7 patterns, the pack attribute round trips, and the BAD_PARAM /
 NOT_SUPPORTED rules of Make and Execute."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -333,8 +335,12 @@ def test_const_pack_attributes_copy_on_set_and_defaults():
     out = cc.cudnnCreateTensorDescriptor()
     got, isnull = cc.cudnnGetFusedOpsConstParamPackAttribute(cp, cc.CUDNN_PARAM_XDESC, out)
     assert got is out and not isnull and tuple(cc.getTensorNdDescriptor(out)[2]) == (2, 3, 4, 5)
-    placeholder = np.array(ALIGN16, np.int32)  # also as a host pointer to the enum
-    cc.setFusedOpsConstParamPackAttribute(cp, cc.CUDNN_PARAM_YDATA_PLACEHOLDER, placeholder.ctypes.data)
+    placeholder = np.array(ALIGN16, np.int32)  # also as a host pointer to the enum (a ctypes pointer)
+    cc.setFusedOpsConstParamPackAttribute(cp, cc.CUDNN_PARAM_YDATA_PLACEHOLDER, ctypes.c_void_p(placeholder.ctypes.data))
+    assert cc.getFusedOpsConstParamPackAttribute(cp, cc.CUDNN_PARAM_YDATA_PLACEHOLDER)[0] == ALIGN16
+    with pytest.raises(cc.CuDNNError) as e:  # a Python int is the value itself, never read as a pointer
+        cc.setFusedOpsConstParamPackAttribute(cp, cc.CUDNN_PARAM_YDATA_PLACEHOLDER, placeholder.ctypes.data)
+    assert e.value.status == BAD
     assert cc.getFusedOpsConstParamPackAttribute(cp, cc.CUDNN_PARAM_YDATA_PLACEHOLDER)[0] == ALIGN16
     cc.setFusedOpsConstParamPackAttribute(cp, cc.CUDNN_PARAM_XDESC, None)
     assert cc.getFusedOpsConstParamPackAttribute(cp, cc.CUDNN_PARAM_XDESC)[1] == 1
@@ -353,8 +359,8 @@ def test_variant_pack_attributes():
     buf = np.zeros(3, np.float32)
     cc.setFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_PTR_YSUM, buf)
     assert cc.getFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_PTR_YSUM) is buf
-    eps = np.array(2.5e-3)  # a host pointer to a double
-    cc.setFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_SCALAR_DOUBLE_BN_EPSILON, eps.ctypes.data)
+    eps = np.array(2.5e-3)  # a host pointer to a double (a ctypes pointer: Python numbers are values)
+    cc.setFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_SCALAR_DOUBLE_BN_EPSILON, ctypes.c_void_p(eps.ctypes.data))
     assert cc.getFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_SCALAR_DOUBLE_BN_EPSILON) == 2.5e-3
     cc.setFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_SCALAR_INT64_T_BN_ACCUMULATION_COUNT, 1 << 40)
     assert cc.getFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_SCALAR_INT64_T_BN_ACCUMULATION_COUNT) == 1 << 40

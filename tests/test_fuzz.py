@@ -28,6 +28,7 @@ which also prints the outcome counts gathered in ``STATS``.
 from __future__ import annotations
 
 import collections
+import ctypes
 import functools
 import os
 import sys
@@ -394,6 +395,8 @@ def draw_tensor_spec(R, dims, dtype=None, fault=0.02, stride_kind=None):
 def setter_violations(spec) -> set:
     """The statuses 002 gives for a tensor/filter setter spec (empty: it must be accepted)."""
     how, dtype, fmt, dims, strides = spec["how"], spec["dtype"], spec["fmt"], spec["dims"], spec["strides"]
+    if any(not -LIMIT <= x < LIMIT for x in list(dims) + (list(strides) if how in ("nd", "4dex") else [])):
+        return {BAD}  # issue 13: a value no C int holds is BAD_PARAM (argument conversion) before any rule
     v = set()
     if dtype not in VALID_DTYPES:
         v.add(BAD)
@@ -583,7 +586,7 @@ def draw_scalar(R, double, fault=None, nonzero=False):
         arr = np.array(v, np.float64 if double else np.float32)
         _KEEP.append(arr)
         del _KEEP[:-64]
-        return arr.ctypes.data, float(arr)
+        return ctypes.c_void_p(arr.ctypes.data), float(arr)  # a host pointer: Python ints are values
     return v, v
 
 

@@ -352,6 +352,9 @@ def _emulate(plan, env, emu):
         assert not isinstance(r, PyRun)
         for t in r.temps:
             env.setdefault(t.uid, _host(t, None, 0.0)[1])
+        if hasattr(r, "emulate"):  # runs with their own scratch (rowops.BnRun)
+            r.emulate(env, emu, np)
+            continue
         specs = r.kernels()
         extra = {"ws": np.zeros(specs[0].ws_bytes // 4 + 8)} if len(specs) > 1 and not isinstance(r, KernelRun) else {}
         for spec in specs:

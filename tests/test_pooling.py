@@ -1,5 +1,6 @@
 """Pooling against direct loops written here (002 §3.2.69 cudnnPoolingForward, §4.1.18
 cudnnPoolingBackward, §3.2.50-§3.2.53 and §3.2.85/§3.2.86 descriptors)."""
+import ctypes
 import itertools
 
 import numpy as np
@@ -276,9 +277,10 @@ def test_descriptor_round_trips_and_output_dims():
     assert cc.cudnnGetPoolingNdDescriptor(d, 8) == (EXC, cc.CUDNN_PROPAGATE_NAN, 2, [3, 2], [1, 0], [2, 1])
     assert cc.cudnnGetPoolingNdDescriptor(d, 1)[3:] == ([3], [1], [2])
     assert cc.cudnnGetPooling2dForwardOutputDim(d, tdesc((2, 3, 9, 7))) == (2, 3, 1 + (9 + 2 - 3) // 2, 1 + (7 - 2) // 1)
-    # CuPy 13 spelling with host pointers to int arrays
+    # CuPy 13 spelling with host pointers to int arrays (ctypes pointers: a plain int is a number, issue 13)
     win, pad, st = (np.array(v, np.int32) for v in ([2, 3, 2], [0, -1, 1], [1, 2, 2]))
-    cc.setPoolingNdDescriptor_v4(d, MAX, cc.CUDNN_NOT_PROPAGATE_NAN, 3, win.ctypes.data, pad.ctypes.data, st.ctypes.data)
+    win, pad, st = (a.ctypes.data_as(ctypes.c_void_p) for a in (win, pad, st))
+    cc.setPoolingNdDescriptor_v4(d, MAX, cc.CUDNN_NOT_PROPAGATE_NAN, 3, win, pad, st)
     assert cc.getPoolingNdDescriptor(d, 3) == (MAX, cc.CUDNN_NOT_PROPAGATE_NAN, 3, [2, 3, 2], [0, -1, 1], [1, 2, 2])
     assert cc.cudnnGetPoolingNdForwardOutputDim(d, tdesc((1, 2, 4, 8, 5)), 5) == [1, 2, 3, 1 + (8 - 2 - 3) // 2, 3]
     cc.destroyPoolingDescriptor(d)

@@ -258,7 +258,7 @@ def test_descriptor_settings_roundtrip(handle):
     rd = cc.cudnnCreateRNNDataDescriptor()
     fill = np.array(0.5)
     cc.cudnnSetRNNDataDescriptor(rd, D_, cc.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, 5, 3, 2, [5, 0, 2],
-                                 fill.ctypes.data)
+                                 ctypes.c_void_p(fill.ctypes.data))  # a host pointer (docs/conventions.md)
     assert cc.cudnnGetRNNDataDescriptor(rd, 2) == (D_, cc.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, 5, 3, 2, [5, 0],
                                                    0.5)
     cc.cudnnDestroyRNNDataDescriptor(rd)
@@ -266,7 +266,8 @@ def test_descriptor_settings_roundtrip(handle):
 
 
 def test_pointer_arguments_as_cupy_passed_them(handle, rng):
-    """Descriptor arrays as a host pointer to handles, data as host pointer ints."""
+    """Descriptor arrays as a host pointer to handles, data as host pointers (ctypes.c_void_p on the CPU
+    place: a plain int there is BAD_PARAM, docs/conventions.md "Data")."""
     mode, D, L, I, H = cc.CUDNN_RNN_TANH, 1, 1, 2, 3
     batches = [2, 1]
     d, _ = v6_net(handle, mode, D, L, H)
@@ -280,13 +281,19 @@ def test_pointer_arguments_as_cupy_passed_them(handle, rng):
     x = rng.standard_normal(3 * I)
     ws = np.zeros(cc.getRNNWorkspaceSize(handle, d, 2, ctypes.addressof(xarr)), np.uint8)
     y1, y2 = np.zeros(3 * H), np.zeros(3 * H)
-    cc.RNNForwardInference(handle, d, 2, ctypes.addressof(xarr), x.ctypes.data, None, None, None, None, wdesc,
-                           w.ctypes.data, ctypes.addressof(yarr), y1.ctypes.data, None, None, None, None,
-                           ws.ctypes.data, ws.size)
+    P = ctypes.c_void_p
+    cc.RNNForwardInference(handle, d, 2, ctypes.addressof(xarr), P(x.ctypes.data), None, None, None, None, wdesc,
+                           P(w.ctypes.data), ctypes.addressof(yarr), P(y1.ctypes.data), None, None, None, None,
+                           P(ws.ctypes.data), ws.size)
     cc.cudnnRNNForwardInference(handle, d, 2, xds, x, None, None, None, None, wdesc, w, yds, y2, None, None, None,
                                 None, ws, ws.size)
     np.testing.assert_array_equal(y1, y2)
     assert np.abs(y1).max() > 0
+    with pytest.raises(cc.CuDNNError) as e:  # the int itself: BAD_PARAM on the CPU place, y untouched
+        cc.RNNForwardInference(handle, d, 2, ctypes.addressof(xarr), x.ctypes.data, None, None, None, None, wdesc,
+                               w, ctypes.addressof(yarr), y1, None, None, None, None, ws, ws.size)
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM and "c_void_p" in str(e.value)
+    np.testing.assert_array_equal(y1, y2)
 
 
 def test_algorithm_search_runs_the_call(handle, rng):

@@ -1,4 +1,6 @@
 """cudnnSoftmaxForward/Backward against formulas written here (002 §3.2.96, §4.1.19)."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -48,8 +50,8 @@ def test_forward_alpha_beta_and_cupy_name(handle, rng):
     x, y0 = rng.standard_normal(shape), rng.standard_normal(shape)
     y = y0.copy()
     d = tdesc(shape, cc.CUDNN_DATA_DOUBLE)
-    alpha = np.array(0.5)  # host pointer to a double, as CuPy passes it
-    cc.softmaxForward(handle, cc.CUDNN_SOFTMAX_ACCURATE, CHANNEL, alpha.ctypes.data, d, x, -2.0, d, y)
+    alpha = np.array(0.5)  # a host pointer to a double (a ctypes pointer: Python ints are values)
+    cc.softmaxForward(handle, cc.CUDNN_SOFTMAX_ACCURATE, CHANNEL, ctypes.c_void_p(alpha.ctypes.data), d, x, -2.0, d, y)
     np.testing.assert_allclose(y, 0.5 * ref(x, cc.CUDNN_SOFTMAX_ACCURATE, CHANNEL) - 2.0 * y0, rtol=1e-13)
 
 

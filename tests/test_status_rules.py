@@ -15,6 +15,7 @@ The rest of this file holds the tests for rules no family test file breaks yet.
 from __future__ import annotations
 
 import ast
+import ctypes
 import json
 import os
 import pathlib
@@ -259,7 +260,7 @@ def test_rule_descriptor_arrays_hold_ints():
         e = _expect(BAD, cc.cudnnSetTensorNdDescriptor, d, cc.CUDNN_DATA_FLOAT, 4, dims, strides)
         assert e.argument == arg, e
     e = _expect(BAD, cc.cudnnSetTensor4dDescriptor, d, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT, 1, 1, 1, "2")
-    assert "must be ints" in str(e)
+    assert "must be an integer" in str(e) and e.argument == "w"
     cc.cudnnSetTensorNdDescriptor(d, cc.CUDNN_DATA_FLOAT, np.int64(4), np.array([1, 2, 3, 4]), (24, 12, 4, 1))
     assert cc.cudnnGetTensor4dDescriptor(d)[1:5] == (1, 2, 3, 4)
 
@@ -279,7 +280,8 @@ class _Foreign:
 def test_rule_buffers_are_checked_before_any_write(handle):
     """This library's own buffer rules (cuDNN takes raw pointers and cannot check them): a buffer smaller
     than its descriptor's extent, non-contiguous, holding Python objects, foreign (a CUDA array on the
-    CPU place), a tiny or negative int as a host pointer, or a read-only output are BAD_PARAM; so are
+    CPU place), a plain int on the CPU place (host pointers are ctypes.c_void_p), a tiny ctypes pointer,
+    an array of another dtype than the descriptor's, a descriptor, or a read-only output are BAD_PARAM; so are
     scalars that are not real numbers."""
     d = tdesc((1, 2, 3, 4))
     x = np.ones(24, np.float32)
@@ -287,8 +289,11 @@ def test_rule_buffers_are_checked_before_any_write(handle):
     ro = np.zeros(24, np.float32)
     ro.flags.writeable = False
     cases = [(np.ones(23, np.float32), y, "A: buffer holds"), (np.ones(48, np.float32)[::2], y, "must be a contiguous"),
-             (np.zeros(24, object), y, "holds Python objects"), (_Foreign(), y, "must be a NumPy array"),
-             (-5, y, "is not a host pointer"), (17, y, "is not a host pointer"), (x, ro, "is a read-only array")]
+             (np.zeros(24, object), y, "holds Python objects"), (_Foreign(), y, "is device memory"),
+             (ctypes.c_void_p(17), y, "is not a host pointer"), (x.ctypes.data, y, "ctypes.c_void_p(address)"),
+             (-5, y, "ctypes.c_void_p(address)"), (17, y, "ctypes.c_void_p(address)"), (x, ro, "is a read-only array"),
+             (np.ones(24), y, "array dtype float64 does not match"), (d, y, "is a cudnnTensorDescriptor_t"),
+             (x, np.full(24, 3.0), "array dtype float64 does not match")]
     for a, c, text in cases:
         e = _expect(BAD, cc.cudnnAddTensor, handle, 1.0, d, a, 1.0, d, c, untouched=[y])
         assert text in str(e), e

@@ -1,4 +1,5 @@
 """AddTensor, SetTensor, ScaleTensor against formulas written here (002 §3.2.2, §3.2.88, §3.2.79)."""
+import ctypes
 import itertools
 
 import numpy as np
@@ -35,7 +36,7 @@ def test_nhwc_output_and_host_pointer_scalars(handle, rng):
     A = rng.standard_normal((1, 3, 1, 1)).astype(np.float32)
     C = np.zeros((2, 2, 2, 3), np.float32)  # NHWC memory
     alpha = np.array(2.0, np.float32)
-    cc.addTensor(handle, alpha.ctypes.data, tdesc((1, 3, 1, 1)), A, 0, tdesc(shape, fmt=cc.CUDNN_TENSOR_NHWC), C)
+    cc.addTensor(handle, ctypes.c_void_p(alpha.ctypes.data), tdesc((1, 3, 1, 1)), A, 0, tdesc(shape, fmt=cc.CUDNN_TENSOR_NHWC), C)
     np.testing.assert_allclose(C, np.broadcast_to(2 * A.reshape(1, 1, 1, 3), C.shape), rtol=1e-6)
 
 
@@ -140,7 +141,7 @@ def test_double_scalars_read_as_double_pointers(handle):
     A = np.ones(4)
     C = np.zeros(4)
     d = tdesc((1, 4, 1, 1), D)
-    cc.addTensor(handle, alpha.ctypes.data, d, A, 0.0, d, C)
+    cc.addTensor(handle, ctypes.c_void_p(alpha.ctypes.data), d, A, 0.0, d, C)
     assert np.all(C == 1.0 + 2.0 ** -40)
 
 
@@ -222,7 +223,7 @@ def test_op_tensor_types(handle, rng, comp, ta, tc):
     C = to_storage(C0, tc)
     dbl = comp == D
     alpha1 = np.array(0.5, np.float64 if dbl else np.float32)
-    cc.opTensor(handle, op_desc(cc.CUDNN_OP_TENSOR_MUL, comp), alpha1.ctypes.data, tdesc(shape, ta), to_storage(A, ta),
+    cc.opTensor(handle, op_desc(cc.CUDNN_OP_TENSOR_MUL, comp), ctypes.c_void_p(alpha1.ctypes.data), tdesc(shape, ta), to_storage(A, ta),
                 2.0, tdesc((1, 2, 1, 1), ta), to_storage(B, ta), -1.0, tdesc(shape, tc), C)
     want = (0.5 * A) * (2.0 * np.broadcast_to(B, shape)) - C0
     np.testing.assert_allclose(from_storage(C, tc), want, rtol=TOL[tc], atol=TOL[tc] * 8)
@@ -450,7 +451,7 @@ def test_reduce_tensor_blend_strides_and_types(handle, rng):
     C = C0.copy()
     alpha, beta = np.array(0.25), np.array(1.0)
     run_reduce(handle, red_desc(cc.CUDNN_REDUCE_TENSOR_NORM1, D), X, tdesc(shape, D), (1, 3, 1, 1), C,
-               alpha=alpha.ctypes.data, beta=beta.ctypes.data, cdt=D)
+               alpha=ctypes.c_void_p(alpha.ctypes.data), beta=ctypes.c_void_p(beta.ctypes.data), cdt=D)
     np.testing.assert_allclose(C, 0.25 * np.abs(X).sum((0, 2, 3), keepdims=True) + C0, rtol=1e-14)
     # int8 A into half C
     I = rng.integers(-9, 10, shape)
@@ -568,7 +569,7 @@ def test_transform_tensor_layouts(handle, rng, dt):
     y = to_storage(Y0.transpose(0, 2, 3, 1), dt)  # NHWC memory
     dbl = dt == D
     alpha, beta = np.array(2.0, np.float64 if dbl else np.float32), np.array(-0.5, np.float64 if dbl else np.float32)
-    cc.transformTensor(handle, alpha.ctypes.data, tdesc(shape, dt), to_storage(X, dt), beta.ctypes.data,
+    cc.transformTensor(handle, ctypes.c_void_p(alpha.ctypes.data), tdesc(shape, dt), to_storage(X, dt), ctypes.c_void_p(beta.ctypes.data),
                        tdesc(shape, dt, fmt=cc.CUDNN_TENSOR_NHWC), y)
     np.testing.assert_allclose(from_storage(y, dt), (2.0 * X - 0.5 * Y0).transpose(0, 2, 3, 1), rtol=TOL[dt], atol=TOL[dt])
 

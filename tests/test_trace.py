@@ -2,6 +2,7 @@
 holds (checked against values computed here), a CPU run replayed on the reference engine with zero
 difference, a perturbed output caught and the call named, explain naming a declining engine and its
 reason, the CLI and the environment variables."""
+import ctypes
 import hashlib
 import json
 import os
@@ -34,8 +35,8 @@ def workload(h, rng):
     ad = cc.cudnnCreateActivationDescriptor()
     cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_TANH, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
     t = np.zeros_like(y)
-    alpha = np.array(0.5, np.float32)  # a host pointer scalar, as CuPy callers passed it
-    cc.cudnnActivationForward(h, ad, alpha.ctypes.data, xd, y, 0.0, xd, t)
+    alpha = np.array(0.5, np.float32)  # a host pointer scalar (ctypes.c_void_p: Python ints are values)
+    cc.cudnnActivationForward(h, ad, ctypes.c_void_p(alpha.ctypes.data), xd, y, 0.0, xd, t)
     s = np.zeros_like(t)
     cc.cudnnSoftmaxForward(h, cc.CUDNN_SOFTMAX_LOG, cc.CUDNN_SOFTMAX_MODE_CHANNEL, 1.0, xd, t, 0.0, xd, s)
     dd = tdesc((2, 5, 1, 1), F64)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 
+from ... import config as _config
 from ...plan_cache import chosen_config, remember_config
 from . import lib as _lib
 
@@ -30,7 +31,7 @@ _DEVICE_ID: dict = {}
 
 
 def top_k(spec) -> int:
-    raw = os.environ.get("CUDNN_COMPAT_CUDNN_AUTOTUNE", "").strip()
+    raw = str(_config.get("CUDNN_COMPAT_CUDNN_AUTOTUNE") or "")
     k = int(raw) if raw.lstrip("-").isdigit() else 8
     return min(k, 3) if spec.pattern == "fusion" and not raw else k
 

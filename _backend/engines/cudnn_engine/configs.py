@@ -10,10 +10,15 @@ FALLBACK for configs of the fallback heuristic.
 
 ``allowed_by_math`` and ``for_algo`` are the pure-Python selection rules:
   math type (002 §3.1.2 cudnnMathType_t): FMA_MATH forbids TENSOR_CORE and
-  DOWN_CONVERT_INPUTS; DEFAULT_MATH and TENSOR_OP_MATH forbid DOWN_CONVERT_INPUTS (TF32
-  for float data stays allowed, as in legacy cuDNN 8+, unless NVIDIA_TF32_OVERRIDE=0);
-  TENSOR_OP_MATH_ALLOW_CONVERSION allows everything.  A float32 compute type forbids
-  REDUCED_PRECISION_REDUCTION.
+  DOWN_CONVERT_INPUTS; DEFAULT_MATH and TENSOR_OP_MATH forbid DOWN_CONVERT_INPUTS;
+  TENSOR_OP_MATH_ALLOW_CONVERSION allows it.  For FLOAT data a TENSOR_CORE config without
+  DOWN_CONVERT_INPUTS is TF32: allowed only when ``_backend.math_policy.allow_tf32`` says so
+  (a math type other than FMA_MATH, none for an op without a math type, never under
+  NVIDIA_TF32_OVERRIDE=0).  A float32 compute type forbids REDUCED_PRECISION_REDUCTION.
+  zero workspace: a graph whose conv op is the legacy algorithm the legacy layer designated
+  as needing no workspace (op attr ``zero_workspace``, e.g. BWD_FILTER_ALGO_0) takes only
+  configs whose heuristics-reported workspace is 0; with none, the engine declines and the
+  cupy engine (no workspace) runs it, so such an algorithm really runs with workspace 0.
   legacy algorithm: FFT algorithms take configs noted FFT, WINOGRAD ones configs noted
   WINOGRAD, the GEMM-like ones configs with neither; algorithms that legacy cuDNN
   documents as deterministic forbid NONDETERMINISTIC.  When no config has the
@@ -21,8 +26,7 @@ FALLBACK for configs of the fallback heuristic.
 """
 from __future__ import annotations
 
-import os
-
+from ...math_policy import allow_tf32
 from ..base import EngineConfig
 
 HEUR_MODE = {"A": "A", "B": "B", "FALLBACK": "FALLBACK"}
@@ -47,16 +51,18 @@ def algo_class(algo: "str | None") -> "str | None":
     return "GEMM"
 
 
-def allowed_by_math(notes, math_type: str, data_dtype: str, compute_type: str = "float32") -> bool:
+def allowed_by_math(notes, math_type: "str | None", data_dtype: str, compute_type: str = "float32") -> bool:
+    """Whether a config with numerical ``notes`` may run an op of ``math_type`` (None: the op
+    has no math type) on ``data_dtype`` data; TF32 by ``math_policy.allow_tf32``."""
     notes = set(notes)
     forbidden = set()
     if math_type == "FMA_MATH":
         forbidden |= {"TENSOR_CORE", "DOWN_CONVERT_INPUTS"}
-    elif math_type in ("DEFAULT_MATH", "TENSOR_OP_MATH"):
+    elif math_type != "TENSOR_OP_MATH_ALLOW_CONVERSION":
         forbidden.add("DOWN_CONVERT_INPUTS")
-        if (math_type == "DEFAULT_MATH" and data_dtype == "float32"
-                and os.environ.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0"):
-            forbidden.add("TENSOR_CORE")
+    if (data_dtype == "float32" and "TENSOR_CORE" in notes and "DOWN_CONVERT_INPUTS" not in notes
+            and not allow_tf32(data_dtype, math_type)):
+        forbidden.add("TENSOR_CORE")  # a float32 tensor-core config is TF32
     if compute_type in ("float32", "float64"):
         forbidden.add("REDUCED_PRECISION_REDUCTION")
     return not (notes & forbidden)
@@ -73,8 +79,14 @@ def _in_class(cfg: EngineConfig, cls: str, deterministic: bool) -> bool:
     return "FFT" not in n and not any(x.startswith("WINOGRAD") for x in n)
 
 
-def for_algo(configs: list, algo: "str | None", workspace: "dict | None" = None) -> list:
-    """``configs`` (heuristics order) narrowed to the legacy algorithm's numerical class."""
+def for_algo(configs: list, algo: "str | None", workspace: "dict | None" = None, zero_workspace: bool = False) -> list:
+    """``configs`` (heuristics order) narrowed to the legacy algorithm's numerical class; with
+    ``zero_workspace`` only the configs ``workspace`` (config -> bytes) reports needing none
+    (possibly none at all: the engine then declines), deterministic ones only when there are
+    any (the algorithm then reports DETERMINISTIC, as deterministic callers with no workspace need)."""
+    if zero_workspace:
+        configs = [c for c in configs if (workspace or {}).get(c) == 0]
+        configs = [c for c in configs if "NONDETERMINISTIC" not in c.notes] or configs
     if algo is None:
         return list(configs)
     deterministic = algo not in NONDETERMINISTIC_ALGOS
@@ -92,7 +104,7 @@ def for_algo(configs: list, algo: "str | None", workspace: "dict | None" = None)
 def select(configs: list, native, workspace: "dict | None" = None) -> list:
     """Math-type filter then algorithm mapping, for the spec ``native`` (graph.Native)."""
     ok = [c for c in configs if allowed_by_math(c.notes, native.math_type, native.data_dtype, native.compute_type)]
-    return for_algo(ok, native.algo, workspace)
+    return for_algo(ok, native.algo, workspace, bool(getattr(native, "zero_workspace", False)))
 
 
 # --------------------------------------------------------------------------- native queries
@@ -136,7 +148,23 @@ def describe(lib, engcfg, fallback: bool = False):
 
 
 def query(lib, opgraph, mode: str):
-    """[(EngineConfig, workspace or None)] from cuDNN's heuristics, fastest first."""
+    """[(EngineConfig, workspace or None)] from cuDNN's heuristics, fastest first.  Mode A is
+    followed by the FALLBACK heuristic's zero-workspace configs it lacks (last, so they are
+    chosen only when nothing before them is allowed): mode A can list only configs that need a
+    workspace (3-D half backward filter on libcudnn 9.19: three TENSOR_CORE engines), and a
+    legacy algorithm designated to need none must still find one (``for_algo``)."""
+    out = _query(lib, opgraph, mode)
+    if mode == "A":
+        have = {(c.index, c.knobs) for c, _ in out}
+        try:
+            extra = _query(lib, opgraph, "FALLBACK")
+        except lib.CudnnStatusError:
+            extra = []
+        out += [(c, w) for c, w in extra if w == 0 and (c.index, c.knobs) not in have]
+    return out
+
+
+def _query(lib, opgraph, mode: str):
     heur = lib.Descriptor("ENGINEHEUR")
     try:
         heur.set("ENGINEHEUR_OPERATION_GRAPH", "BACKEND_DESCRIPTOR", opgraph)

@@ -120,6 +120,7 @@ class Native:
     compute_type: str = "float32"
     algo: "str | None" = None
     data_dtype: str = "float32"
+    zero_workspace: bool = False  # conv attr: the legacy algo designated to need no workspace
 
     def representative(self) -> tuple:
         """Values baked into the native graph used for heuristics and the first plan: for a
@@ -236,7 +237,8 @@ def _conv_blend(graph) -> "Native | None":
     out_role = CONV_KINDS[main.kind][2]
     out = main.outputs[out_role]
     tensors = {t.uid: _spec(t) for t in main.inputs.values()}
-    common = dict(main_kind=main.kind, math_type=main.attrs.get("math_type", "DEFAULT_MATH"),
+    common = dict(main_kind=main.kind, math_type=main.attrs.get("math_type"),  # None: no TF32 (math_policy)
+                  zero_workspace=bool(main.attrs.get("zero_workspace")),
                   compute_type=main.attrs.get("compute_type", "float32"), algo=main.attrs.get("algo"),
                   data_dtype=_data_dtype(main))
     if len(graph.ops) == 1:
@@ -419,7 +421,7 @@ def _fusion(graph, scale_mode: str = "attr") -> Native:
         ops.append(NOp("pointwise", "OPERATION_POINTWISE", t, attrs))
     return Native("fusion", main_kind=main.kind, tensors=tensors, ops=ops, bind=bind, baked=baked,
                   scale_mode=scale_mode if baked or scale_mode == "mul" else "",
-                  math_type=main.attrs.get("math_type", "DEFAULT_MATH"),
+                  math_type=main.attrs.get("math_type"), zero_workspace=bool(main.attrs.get("zero_workspace")),
                   compute_type=main.attrs.get("compute_type", "float32"), algo=main.attrs.get("algo"),
                   data_dtype=_data_dtype(main))
 

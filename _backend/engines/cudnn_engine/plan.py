@@ -27,6 +27,7 @@ import threading
 from collections import OrderedDict
 from operator import itemgetter
 
+from ... import config as _config
 from ..base import EngineDeclined, ExecutionPlan
 from . import configs as _configs
 from . import lib as _lib
@@ -43,7 +44,7 @@ _CAPTURE_STREAMS: dict = {}  # device -> the cupy Stream captures run on
 
 
 def _graphs_enabled() -> bool:
-    return os.environ.get("CUDNN_COMPAT_CUDNN_GRAPHS", "1").strip().lower() not in ("0", "false", "off", "no")
+    return _config.get("CUDNN_COMPAT_CUDNN_GRAPHS")
 
 
 def _runtime():

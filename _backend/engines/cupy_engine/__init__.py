@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 
 from ..base import REGISTRY, Engine, EngineConfig, ExecutionPlan
-from . import codegen, runtime
+from . import codegen, records, runtime
 from .fusion import HeavyStep, partition
 from .steps import group_run
 
@@ -30,19 +30,90 @@ def register(kinds, module):
 
 
 class CupyPlan(ExecutionPlan):
+    """The runs of a graph.  ``execute`` runs them (CuPy arrays between steps).  When every run
+    is ``records.TRACEABLE`` the first execute on a stream also makes a launch record, and
+    ``fast`` (generated per plan, ``planner.execute``'s cached path) replays it for later calls:
+    patch the argument slots, launch.  Such plans take raw device pointers (``raw_pointers``:
+    the legacy layer binds a caller's buffer as its address after the same checks)."""
+
+    fast = None  # fast(data, stream) -> bool once a record exists (records.FastPath.compile)
+
     def __init__(self, graph, config, runs):
         super().__init__(graph, config, workspace_size=0)
         self.runs = runs
+        ext = {t.uid: t for t in list(graph.external_inputs()) + list(graph.external_outputs())}
+        self._ext = {u: t for u, t in ext.items() if not t.is_by_value}
+        self._path = None
+        if records.traceable(runs):
+            kernels = self.kernels()
+            try:
+                layout = records.Layout(kernels, self._ext, frozenset(u for u, t in ext.items() if t.is_by_value))
+            except ValueError:
+                layout = None
+            if layout is not None:
+                align = tuple(sorted({u for spec in kernels for u in (getattr(spec, "aligned", ()) or ())
+                                      if u in self._ext}))
+                self._path = records.FastPath(layout, align, {u: _span_bytes(t) for u, t in self._ext.items()})
+        self.raw_pointers = self._path is not None
+
+    @property
+    def launch_mode(self) -> str:
+        """'record' when cached calls replay launch records, else 'steps' (benchmarks, explain)."""
+        return "record" if self._path is not None else "steps"
 
     def kernels(self) -> list:
         return [spec for r in self.runs for spec in r.kernels()]
 
     def execute(self, pack, stream=None):
-        env = dict(pack.data)
+        data = pack.data
+        env = dict(data)
+        if self.raw_pointers:
+            for u, t in self._ext.items():
+                v = env.get(u)
+                if type(v) is int:
+                    env[u] = runtime.view(v, t)
         ctx = {"workspace": pack.workspace, "workspace_size": pack.workspace_size}
-        with runtime.on_stream(stream):
-            for r in self.runs:
-                r.run(env, ctx)
+        try:
+            with runtime.on_stream(stream):
+                tracer = self._tracer(env) if self._path is not None else None
+                if tracer is None:
+                    for r in self.runs:
+                        r.run(env, ctx)
+                    return
+                runtime._TRACE.tracer = tracer
+                try:
+                    for r in self.runs:
+                        r.run(env, ctx)
+                finally:
+                    runtime._TRACE.tracer = None
+                if tracer.why is None and tracer.launches:
+                    self._path.add(tracer)
+                    self.fast = self._path.fast
+        except Exception:
+            if self.raw_pointers:  # the next engine gets CuPy arrays, not raw pointers
+                for u, t in self._ext.items():
+                    if type(data.get(u)) is int:
+                        data[u] = runtime.view(data[u], t)
+            raise
+
+    def _tracer(self, env):
+        """A Tracer for this execute, or None when a record for its stream and alignment exists."""
+        path = self._path
+        sptr = runtime.stream_ptr(None)  # inside on_stream: the stream the steps launch on
+        ptrs = [runtime.pointer(env[u]) for u in path.align]
+        sig = True if not any(p & 15 for p in ptrs) else tuple(p & 15 == 0 for p in ptrs)
+        if (sptr, sig) in path.records:
+            return None
+        return records.Tracer(path.layout, self._ext, path.align, (sptr, sig))
+
+    def release(self) -> None:
+        if self._path is not None:
+            self._path.clear()
+
+
+def _span_bytes(t) -> int:
+    from ... import dtypes
+    return (1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))) * dtypes.itemsize(t.dtype)
 
 
 def kernel_sources(plan) -> list:

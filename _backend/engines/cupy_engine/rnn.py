@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import config as _config
+from ...math_policy import gemm_compute
 from ...validate_rnn import GATES, is_padded, row_map, rows_of
 from . import runtime
 from .codegen import PREAMBLE, STORAGE, KernelSpec, load_expr, name_kernel, store_expr
@@ -223,8 +225,8 @@ class _Geo:
         self.proj = "wr" in op.inputs
         self.padded = is_padded(self.layout, self.T, self.lengths)
         self.maxlen = max(self.lengths)
-        self.compute = "float64" if self.wdt == "float64" else (
-            "tf32" if (a.get("allow_tf32") and self.wdt == "float32") else "float32")
+        # the op's GEMMs follow the one TF32 rule (math_policy), as its Matmuls in every engine do
+        self.compute = gemm_compute(self.wdt, a.get("math_type"))
         self.roles = {**op.inputs, **op.outputs}
 
     def times(self, s: int, backward: bool) -> list:
@@ -736,13 +738,15 @@ class ProgramRun:
         return steps, blas
 
     def _execute(self, steps, blas, stream_ptr: int) -> None:
-        blas.set_stream(stream_ptr)
-        for s in steps:
-            if s[0] == "gemm":
-                blas.gemm(*s[1:])
-            else:
-                s[1](s[2], s[3], s[4])
-                runtime.LAUNCHES[0] += 1
+        from .gemm import _LOCK  # the cuBLAS handle is shared with the engine's matmuls
+        with _LOCK:
+            blas.set_stream(stream_ptr)
+            for s in steps:
+                if s[0] == "gemm":
+                    blas.gemm(*s[1:])
+                else:
+                    s[1](s[2], s[3], s[4])
+                    runtime.LAUNCHES[0] += 1
 
     def run(self, env, ctx) -> None:
         cp = runtime.cupy()
@@ -796,13 +800,22 @@ def _np_dtype(name: str):
 
 
 def _graphs_enabled() -> bool:
-    return os.environ.get("CUDNN_COMPAT_RNN_GRAPHS", "1").strip() != "0"
+    return _config.get("CUDNN_COMPAT_RNN_GRAPHS")
 
 
 # -- Rng --------------------------------------------------------------------------------------------
 
 def keep_threshold(p: float) -> int:
     return int(math.ceil(float(p) * 4294967296.0))
+
+
+def _mask_store(dtype: str) -> str:
+    """The stored 0/1 mask value: integers directly, floats through their own type (no float
+    expression in a double kernel)."""
+    if dtype in ("float32", "float64", "float16", "bfloat16"):
+        T = "double" if dtype == "float64" else "float"
+        return store_expr(dtype, f"(keep ? {T}(1) : {T}(0))", T)
+    return f"({STORAGE[dtype]})(keep ? 1 : 0)"
 
 
 def rng_specs(op) -> list:
@@ -838,7 +851,7 @@ def rng_specs(op) -> list:
     const bool keep = (unsigned long long)words[lane] >= {keep_threshold(a['drop_probability'])}ULL;
     long long rem = e, off = 0;
 {chr(10).join(lines)}
-    y[off] = {store_expr(y.dtype, "(keep ? 1.0f : 0.0f)", "float")};
+    y[off] = {_mask_store(y.dtype)};
   }}
 """
     mask = _spec("rng", p, body, nblk)

@@ -7,11 +7,18 @@ s = s1 e^(m1-m) + s2 e^(m2-m), so one read of x gives both.  Batch norm sums x -
 and (x - x0)^2 with x0 the row's first element (the shifted-data variance: no cancellation
 when |mean| >> std); backward sums dy and dy (x - x0) in the same pass, and x - x0,
 (x - x0)^2 too when the saved statistics are absent.
+
+Fast paths (issue 14 item 4): batch norm runs through ``bn`` (a statistics kernel and a map
+kernel at memory speed, ``BnRun``) and softmax through ``softmax_kernels`` (the row in
+registers) whenever the layout is one they take; other layouts use the generic ``rowwise``
+kernels built from the same specs.  ``FAST_BN`` / ``FAST_SOFTMAX`` switch them off (benchmarks).
 """
 from __future__ import annotations
 
 from . import runtime
 from .rowwise import RowOut, RowSpec, row_kernels, sum_merge
+from .softmax_kernels import softmax_kernels
+from .steps import KernelRun
 
 KINDS = ("Softmax", "SoftmaxBackward", "NormForward", "NormBackward")
 
@@ -60,11 +67,93 @@ def _scalar(op, name):
     return op.inputs[name] if name in op.inputs else float(op.attrs[name])
 
 
+class BnRun:
+    """Batch norm through ``bn``: one kernel or a stats/apply pair, the 16-byte vector variant
+    when every element pointer is aligned, else the scalar one.  The scratch (per-channel
+    coefficients, per-block partials, self-resetting ticket counters) is kept per stream, so a
+    cached call allocates nothing; work on one stream is ordered, so the pair never races with
+    itself."""
+
+    def __init__(self, variants, scratch, temps, guard, stored):
+        self.variants, self.scratch, self.temps = variants, scratch, temps
+        self.guard, self.stored = guard, stored
+        self._bufs = {}
+
+    def kernels(self):
+        return [k for v in self.variants for k in v]
+
+    def _extra(self):
+        cp = runtime.cupy()
+        key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
+        bufs = self._bufs.get(key)
+        if bufs is None:
+            cnt = cp.zeros(max(1, self.scratch["cnt"] // 4), dtype=cp.uint32)
+            ws = cp.empty(max(1, self.scratch["ws"] // 4), dtype=cp.float32)
+            bufs = self._bufs[key] = {"cnt": cnt, "ws": ws}
+        return bufs
+
+    def run(self, env, ctx):
+        for t in self.temps:
+            if t.uid not in env:
+                env[t.uid] = runtime.empty(t)
+        if self.guard:
+            env = runtime.unalias(env, self.guard, self.stored)
+        extra = self._extra()
+        for specs in self.variants:
+            if not specs[0].aligned or runtime.aligned(env, specs[0].aligned):
+                for spec in specs:
+                    runtime.launch(spec, env, extra)
+                return
+        raise RuntimeError("no kernel variant fits")  # pragma: no cover - the scalar one always does
+
+    def emulate(self, env, emu, np, variant=None):
+        """Run on the CPU emulator (tests): NumPy scratch with zeroed counters; ``variant``
+        forces one variant (else the first whose pointers are aligned)."""
+        wt = np.float64 if self.variants[0][0].layout.T == "double" else np.float32
+        extra = {"cnt": np.zeros(max(1, self.scratch["cnt"] // 4) + 2, np.uint32),
+                 "ws": np.zeros(max(1, self.scratch["ws"] // 4) + 8, wt)}
+        for i, specs in enumerate(self.variants):
+            if variant is not None and i != variant:
+                continue
+            if variant is not None or not specs[0].aligned or all(
+                    env[u].__array_interface__["data"][0] % 16 == 0 for u in specs[0].aligned):
+                for spec in specs:
+                    emu.launch(spec, [extra[a[1]] if a[0] == "extra" else env[a[1]] for a in spec.args])
+                return
+
+
+def _bn_run(step, spec, coefs):
+    """A BnRun for a norm spec, or None when its layout is not one of ``bn``'s fast shapes."""
+    from . import bn
+    built = bn.build_kernels(spec, coefs)
+    if built is None:
+        return None
+    variants, scratch = built
+    lay = variants[0][0].layout
+    # pass 2 reads an element where it writes one, unless strides differ: then copy first
+    guard = tuple(t.uid for t in spec.elem.values()
+                  if any(tuple(t.strides) != tuple(s.strides) for s in lay.e_stores.values()))
+    return BnRun(variants, scratch, _temps(step, step.op.outputs), guard, tuple(lay.e_stores))
+
+
 def build(step) -> list:
     op = step.op
     spec = {"Softmax": _softmax, "SoftmaxBackward": _softmax_backward,
             "NormForward": _norm_forward, "NormBackward": _norm_backward}[op.kind](step)
+    if op.kind in ("NormForward", "NormBackward") and FAST_BN:
+        run = _bn_run(step, spec, spec.coefs)
+        if run is not None:
+            return [run]
+    if op.kind in ("Softmax", "SoftmaxBackward") and FAST_SOFTMAX:
+        role = "y" if op.kind == "Softmax" else "dx"
+        ks = softmax_kernels(op, step.epilogues.get(role), role) if role in op.outputs else None
+        if ks is not None:
+            return [KernelRun(ks, _temps(step, op.outputs))]
     return [RowRun(row_kernels(spec), _temps(step, op.outputs))]
+
+
+FAST_BN = True  # False: batch norm through the generic row kernels (benchmarks compare both)
+FAST_SOFTMAX = True  # False: softmax through the generic row kernels
 
 
 def _online_merge(a, b):
@@ -149,6 +238,7 @@ def _norm_forward(step):
                  _out(step, "next_running_var", "({T}(1) - sc_f) * r_rv + sc_f * ub")]
     spec.row_outs = [o for o in outs if o is not None]
     spec.apply_elems = ("x",)
+    spec.coefs = ("mean", "ga", "r_bias")  # the row values ``apply`` reads
     return spec
 
 
@@ -180,8 +270,10 @@ def _norm_backward(step):
                            "const auto dscale = (st_sdyx - (mean - f_x) * st_sdy) * inv;",
                            "const auto c1 = r_scale * inv;",
                            f"const auto mb = dbias / {{T}}({m});",
-                           f"const auto ms = dscale / {{T}}({m});"]
-    spec.apply = ["const auto xh = (e_x - mean) * inv;", "const auto v = c1 * (e_dy - mb - xh * ms);"]
+                           f"const auto cx = c1 * inv * (dscale / {{T}}({m}));"]
+    # dx = c1 (dy - mb - xhat ms) = c1 (dy - mb) - c1 inv ms (x - mean)
+    spec.apply = ["const auto v = c1 * (e_dy - mb) - cx * (e_x - mean);"]
     spec.elem_out = _out(step, "dx", "v")
     spec.row_outs = [o for o in (_out(step, "dscale", "dscale"), _out(step, "dbias", "dbias")) if o is not None]
+    spec.coefs = ("mean", "c1", "mb", "cx")
     return spec

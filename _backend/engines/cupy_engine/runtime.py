@@ -13,8 +13,11 @@ import threading
 
 import numpy as np
 
+from ... import config as _config
+
 _MODULES: dict = {}
 _LOCK = threading.Lock()
+_TRACE = threading.local()  # .tracer: the records.Tracer of the execute running on this thread
 LAUNCHES = [0]
 _DUMPED: set = set()
 OPTIONS = ()
@@ -27,7 +30,7 @@ def cupy():
 
 def dump(spec) -> None:
     """Write the source to $CUDNN_COMPAT_DUMP_KERNELS/<name>.cu (once per directory)."""
-    where = os.environ.get("CUDNN_COMPAT_DUMP_KERNELS", "").strip()
+    where = _config.get("CUDNN_COMPAT_DUMP_KERNELS") or ""
     if where and (where, spec.name) not in _DUMPED:
         _DUMPED.add((where, spec.name))
         os.makedirs(where, exist_ok=True)
@@ -83,12 +86,103 @@ def launch(spec, env: dict, extra: "dict | None" = None) -> None:
         else:  # pragma: no cover
             raise ValueError(f"unknown kernel argument {a!r}")
     fn = function(spec)
+    tracer = _TRACE.__dict__.get("tracer")
+    if tracer is not None:  # a launch record is being made from this execute (records.py)
+        tracer.launch(spec, env, extra, fn)
     fn(spec.grid, spec.block, tuple(args), shared_mem=spec.shared_mem)
     LAUNCHES[0] += 1
 
 
+# -- the launch path of records (records.py) ----------------------------------------------------------
+# LAUNCH[0](CUfunction, gx, gy, gz, bx, by, bz, shared mem, stream, kernelParams, extra): cuLaunchKernel
+# through CuPy's Cython binding (cupy.cuda.driver.launchKernel: the cheapest call measured, see
+# benchmarks/launch_paths.py); STREAM_PTR[0]() the current CuPy stream's handle.  Tests replace both.
+LAUNCH: list = [None]
+STREAM_PTR: list = [None]
+
+
+def launcher():
+    if LAUNCH[0] is None:
+        LAUNCH[0] = cupy().cuda.driver.launchKernel
+    return LAUNCH[0]
+
+
+class Graphs:
+    """CUDA graphs of launch records through cupy.cuda.runtime (tests replace ``GRAPHS[0]``):
+    ``capture(launch_all)`` runs ``launch_all(stream)`` under stream capture on a side stream of
+    the current device and returns the instantiated graph (its graphExec), ``launch(exe, stream)``
+    replays it, ``capturing(stream)`` says whether the caller's stream is itself being captured."""
+
+    def __init__(self):
+        self._streams: dict = {}
+
+    def capture(self, launch_all) -> int:
+        cp = cupy()
+        rt = cp.cuda.runtime
+        dev = rt.getDevice()
+        cap = self._streams.get(dev)
+        if cap is None:
+            cap = self._streams[dev] = cp.cuda.Stream(non_blocking=True)
+        graph = 0
+        try:
+            rt.streamBeginCapture(cap.ptr)
+            try:
+                launch_all(cap.ptr)
+            finally:
+                graph = rt.streamEndCapture(cap.ptr)
+            return rt.graphInstantiate(graph)
+        finally:
+            if graph:
+                rt.graphDestroy(graph)
+
+    def launch(self, exe: int, stream: int) -> None:
+        cupy().cuda.runtime.graphLaunch(exe, stream)
+
+    def launch_function(self):
+        """``launch`` as CuPy's Cython cudaGraphLaunch itself (what records call per replay)."""
+        return cupy().cuda.runtime.graphLaunch
+
+    def destroy(self, exe: int) -> None:
+        cupy().cuda.runtime.graphExecDestroy(exe)
+
+    def capturing(self, stream: int) -> bool:
+        return bool(cupy().cuda.runtime.streamIsCapturing(stream))
+
+
+GRAPHS: list = [None]
+
+
+def graphs() -> Graphs:
+    if GRAPHS[0] is None:
+        GRAPHS[0] = Graphs()
+    return GRAPHS[0]
+
+
+def current_stream_function():
+    """A function returning CuPy's current stream handle (what ``on_stream(None)`` launches on)."""
+    f = STREAM_PTR[0]
+    if f is None:
+        get = cupy().cuda.get_current_stream
+        f = STREAM_PTR[0] = lambda: get().ptr
+    return f
+
+
+def stream_ptr(stream) -> int:
+    """The cudaStream_t of ``stream`` (a CuPy Stream/ExternalStream, a raw int, or None: CuPy's
+    current stream)."""
+    if stream is None:
+        return current_stream_function()()
+    if type(stream) is int:
+        return stream
+    return int(stream.ptr)
+
+
 def aligned(env: dict, uids) -> bool:
-    return all(pointer(env[u]) % 16 == 0 for u in uids)
+    ok = all(pointer(env[u]) % 16 == 0 for u in uids)
+    tracer = _TRACE.__dict__.get("tracer")
+    if tracer is not None:
+        tracer.aligned(uids, ok)
+    return ok
 
 
 @contextlib.contextmanager
@@ -116,6 +210,18 @@ def empty(tensor):
     return cp.ndarray(tensor.dims, dtype=storage, memptr=base.data, strides=strides)
 
 
+def view(ptr: int, tensor):
+    """A strided device array over ``ptr`` for ``tensor`` (a raw pointer a plan took, made into
+    the array the generic steps and the next engine expect)."""
+    from ... import dtypes
+    cp = cupy()
+    storage = dtypes.storage_dtype(tensor.dtype)
+    span = (1 + sum((d - 1) * s for d, s in zip(tensor.dims, tensor.strides))) * storage.itemsize
+    mem = cp.cuda.UnownedMemory(ptr, span, None)
+    return cp.ndarray(tensor.dims, dtype=storage, memptr=cp.cuda.MemoryPointer(mem, 0),
+                      strides=tuple(s * storage.itemsize for s in tensor.strides))
+
+
 def _span(buf) -> tuple:
     """[lo, hi) bytes a strided device array covers."""
     lo = pointer(buf)
@@ -126,6 +232,9 @@ def unalias(env: dict, guard, stored) -> dict:
     """``env`` with every ``guard`` input that overlaps a ``stored`` output replaced by a copy
     (same strides): kernels that read an input at other elements than the one they write
     (windows, a row's first element across blocks) then never see half-written output."""
+    tracer = _TRACE.__dict__.get("tracer")
+    if tracer is not None:
+        tracer.guard(env, guard, stored)
     out = env
     for u in guard:
         buf = env.get(u)
@@ -142,6 +251,8 @@ def unalias(env: dict, guard, stored) -> dict:
                 base = cp.empty(hi - lo, dtype=cp.uint8)
                 copy = cp.ndarray(buf.shape, dtype=buf.dtype, memptr=base.data, strides=buf.strides)
                 copy[...] = buf
+                if tracer is not None:  # the copy is per call: no record of this execute
+                    tracer.invalid(f"input {u} overlaps output {s}")
                 if out is env:
                     out = dict(env)
                 out[u] = copy

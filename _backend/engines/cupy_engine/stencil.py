@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 
 from ...ir import Tensor, packed_strides
-from .codegen import (BLOCK, INT32_LIMIT, PREAMBLE, STORAGE, KernelSpec, bstrides, decompose, emit_chain, lit,
-                      load_expr, max_offset, name_kernel, offset_expr, order_axes, round_expr, store_expr,
+from .codegen import (BLOCK, INT32_LIMIT, ITEMSIZE, PREAMBLE, STORAGE, KernelSpec, bstrides, decompose, emit_chain,
+                      lit, load_expr, max_offset, name_kernel, offset_expr, order_axes, round_expr, store_expr,
                       tensors_compute_type)
 from .rowwise import RowOut
 from .steps import KernelRun
@@ -208,7 +208,167 @@ def _pool_forward(step):
         return lines
 
     k = stencil_kernel(StencilSpec("poolfwd", _out(step, "y", "v"), {"x": x}, body))
-    return [KernelRun([k], _temps(step))]
+    vec = _pool_forward_vec(step)
+    return [KernelRun(([vec] if vec is not None else []) + [k], _temps(step))]
+
+
+def _pool_forward_vec(step) -> "KernelSpec | None":
+    """Pooling forward with the channel axis innermost (NHWC): one thread per output position and
+    ``V`` channels, every window element one 16-byte load (the scalar kernel loads 2 bytes at a
+    time in fp16).  None when the channel axis is not contiguous in every tensor, C % V != 0 or
+    another stride is not a multiple of V; the pointers' 16-byte alignment is checked at run time
+    (the scalar kernel is the fallback)."""
+    op = step.op
+    a = op.attrs
+    x = op.inputs["x"]
+    o = _out(step, "y", "v")
+    win, st, pad = a["window"], a["stride"], a["pre_padding"]
+    mode = a["mode"]
+    prop = a.get("nan_propagation", "NOT_PROPAGATE") == "PROPAGATE"
+    loads, stores = {x.uid: x}, {}
+    if o.epilogue is None:
+        stores[o.tensor.uid] = o.tensor
+    else:
+        for uid, t in o.epilogue.loads.items():
+            loads.setdefault(uid, t)
+        stores.update(o.epilogue.stores)
+    for uid in stores:
+        loads.pop(uid, None)
+    ydims = tuple(o.tensor.dims)
+    mem = list(loads.values()) + list(stores.values())
+    if x.uid not in loads or any(t is not x and tuple(t.dims) != ydims for t in mem):
+        return None
+    C = ydims[1]
+    isz = max(ITEMSIZE[t.dtype] for t in mem)
+    V = 16 // isz
+    if V < 2 or C % V or any(t.strides[1] != 1 for t in mem) or C == 1:
+        return None
+    if any(s % V for t in mem for i, s in enumerate(t.strides) if i != 1):
+        return None
+    T = tensors_compute_type(mem)
+    n = math.prod(ydims) // V
+    big = max([n * V] + [max_offset(t.dims, t.strides) + 1 for t in mem]) > INT32_LIMIT
+    IDX = "long long" if big else "int"
+    lead = next(iter(stores.values())).strides
+    order = order_axes([d for d in range(len(ydims)) if d != 1], lead) + [1]
+    sizes = [ydims[d] if d != 1 else C // V for d in order]
+    sp = len(ydims) - 2
+    params = [f"const {STORAGE[t.dtype]}* p{u}" for u, t in loads.items()]
+    params += [f"{STORAGE[t.dtype]}* p{u}" for u, t in stores.items()]
+    args = [("buf", u) for u in loads] + [("buf", u) for u in stores]
+    scal = {}
+    if o.epilogue is not None:
+        scal = {u: t for u, t in sorted(o.epilogue.tensors().items()) if t.is_by_value}
+    for u in scal:
+        params.append(f"const {T} s{u}")
+        args.append(("scalar", u, T))
+    B = [PREAMBLE]
+    for t in mem:
+        B.append(f"struct __align__({V * ITEMSIZE[t.dtype]}) cc_v{t.uid} {{ {STORAGE[t.dtype]} v[{V}]; }};")
+    B.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({", ".join(params)}) {{')
+    B.append(f"  const {IDX} i = ({IDX})blockIdx.x * ({IDX}){BLOCK} + ({IDX})threadIdx.x;")
+    B.append(f"  if (i >= ({IDX}){n}) return;")
+    dl, oc = decompose("i", sizes, "q", IDX)
+    B += ["  " + x_ for x_ in dl]
+    coord = dict(zip(order, oc))
+    for d in range(len(ydims)):
+        B.append(f"  const {IDX} c{d} = {coord[d]}{f' * {V}' if d == 1 else ''};")
+    lowest = "-3.4028234663852886e+38f" if T == "float" else "-1.7976931348623157e+308"
+    # max: a packed half2 max (fp16) or an IEEE max (others), NaN-skipping (NOT_PROPAGATE: the
+    # accumulator starts as NaN, so it is NaN at the end exactly when no number was seen) or
+    # NaN-propagating (PROPAGATE: it starts at -inf; ``have`` says whether any position was inside)
+    half2 = mode == "MAXPOOL" and x.dtype == "float16" and T == "float"
+    if half2:
+        B[1:1] = [_HMAX2, f"struct __align__(16) cc_p{x.uid} {{ unsigned int v[{V // 2}]; }};"]
+        B.append(f"  unsigned int acc2[{V // 2}];")
+        B.append("  #pragma unroll")
+        B.append(f"  for (int k = 0; k < {V // 2}; ++k) acc2[k] = {'0xFC00FC00u' if prop else '0x7E007E00u'};")
+    else:
+        init = (f"-{'CC_INF_F' if T == 'float' else 'CC_INF_D'}" if prop else f"{'CC_NAN_F' if T == 'float' else 'CC_NAN_D'}") \
+            if mode == "MAXPOOL" else f"{T}(0)"
+        B.append(f"  {T} acc[{V}];")
+        B.append("  #pragma unroll")
+        B.append(f"  for (int e = 0; e < {V}; ++e) acc[e] = {init};")
+    B.append("  bool have = false;" if mode == "MAXPOOL" else "  int cnt = 0;")
+    ind = "  "
+    idx = []
+    for d in range(sp):
+        B.append(f"{ind}#pragma unroll")
+        B.append(f"{ind}for (int r{d} = 0; r{d} < {win[d]}; ++r{d}) {{")
+        B.append(f"{ind}  const {IDX} i{d} = c{2 + d} * {st[d]} - {pad[d]} + r{d};")
+        B.append(f"{ind}  if (i{d} < 0 || i{d} >= {x.dims[2 + d]}) continue;")
+        idx.append(f"i{d}")
+        ind += "  "
+    off = " + ".join([f"c0 * ({IDX}){x.strides[0]}", "c1"] + [f"{v} * ({IDX}){x.strides[2 + d]}" for d, v in enumerate(idx)])
+    if half2:
+        B.append(f"{ind}const cc_p{x.uid} q = *reinterpret_cast<const cc_p{x.uid}*>(p{x.uid} + {off});")
+        B.append(f"{ind}#pragma unroll")
+        B.append(f"{ind}for (int k = 0; k < {V // 2}; ++k) acc2[k] = {'cc_hmax2n' if prop else 'cc_hmax2'}(acc2[k], q.v[k]);")
+    else:
+        B.append(f"{ind}const cc_v{x.uid} q = *reinterpret_cast<const cc_v{x.uid}*>(p{x.uid} + {off});")
+        B.append(f"{ind}#pragma unroll")
+        B.append(f"{ind}for (int e = 0; e < {V}; ++e) {{")
+        B.append(f"{ind}  const {T} ev = {load_expr(x.dtype, 'q.v[e]', T)};")
+        if mode == "MAXPOOL":
+            B.append(f"{ind}  acc[e] = {'cc_maxnan' if prop else 'fmax'}(acc[e], ev);")
+            if prop:
+                B[1:1] = [] if _MAXNAN in B else [_MAXNAN]
+        else:
+            B.append(f"{ind}  acc[e] += ev;")
+        B.append(f"{ind}}}")
+    B.append(f"{ind}{'have = true;' if mode == 'MAXPOOL' else '++cnt;'}")
+    for d in range(sp):
+        ind = ind[:-2]
+        B.append(f"{ind}}}")
+
+    def yoff(t):
+        return " + ".join(f"c{d} * ({IDX}){s}" if s != 1 else f"c{d}" for d, s in enumerate(t.strides) if s != 0)
+    for t in stores.values():
+        B.append(f"  cc_v{t.uid} w{t.uid};")
+    pre = {}
+    if o.epilogue is not None:
+        for uid, t in o.epilogue.loads.items():
+            B.append(f"  const cc_v{uid} in{uid} = *reinterpret_cast<const cc_v{uid}*>(p{uid} + {yoff(t)});")
+            pre[uid] = load_expr(t.dtype, f"in{uid}.v[e]", T)
+    B.append("  #pragma unroll")
+    B.append(f"  for (int e = 0; e < {V}; ++e) {{")
+    if half2:
+        B.append("    const unsigned short h = (unsigned short)(acc2[e / 2] >> (16 * (e % 2)));")
+        got = "have" if prop else "(h & 0x7fffu) <= 0x7c00u"
+        B.append(f"    const {T} v = {got} ? cc_h2f(h) : {T}({lowest});")
+    elif mode == "MAXPOOL":
+        got = "have" if prop else "acc[e] == acc[e]"
+        B.append(f"    const {T} v = {got} ? acc[e] : {T}({lowest});")
+    elif mode == "AVGPOOL_INCLUDE_PADDING":
+        B.append(f"    const {T} v = acc[e] / {T}({math.prod(win)});")
+    else:
+        B.append(f"    const {T} v = cnt > 0 ? acc[e] / {T}(cnt) : {T}(0);")
+    if o.epilogue is None:
+        vals = {o.tensor.uid: "v"}
+    else:
+        env = {u: f"s{u}" for u in scal}
+        v = "v"
+        if o.tensor.is_virtual:
+            r = round_expr(o.tensor.dtype, "v", T)
+            if r != "v":
+                B.append(f"    const {T} vr = {r};")
+                v = "vr"
+        env[o.tensor.uid] = v
+        env.update(pre)
+        B += ["    " + x_ for x_ in emit_chain(o.epilogue.prologue, env, T)]
+        vals = {u: env[u] for u in stores}
+    for t in stores.values():
+        B.append(f"    w{t.uid}.v[e] = {store_expr(t.dtype, vals[t.uid], T)};")
+    B.append("  }")
+    for t in stores.values():
+        B.append(f"  *reinterpret_cast<cc_v{t.uid}*>(p{t.uid} + {yoff(t)}) = w{t.uid};")
+    B.append("}")
+    name, src = name_kernel("poolfwd", "\n".join(B) + "\n")
+    k = KernelSpec(name, src, args, params, (max(1, -(-n // BLOCK)), 1, 1), (BLOCK, 1, 1), 0,
+                   tuple(t.uid for t in mem), "poolfwd")
+    k.guard = (x.uid,)  # windows read other positions than the one written: unalias first
+    k.stored = tuple(stores)
+    return k
 
 
 def _pool_backward(step):
@@ -270,6 +430,49 @@ def _pool_backward(step):
 
     k = stencil_kernel(StencilSpec("poolbwd", _out(step, "dx", "v"), {"x": x, "dy": dy}, body))
     return [KernelRun([k], _temps(step))]
+
+
+_HMAX2 = r"""
+static __device__ __forceinline__ unsigned int cc_hmax2_soft(unsigned int a, unsigned int b, bool nan) {
+  unsigned int r = 0u;
+  for (int k = 0; k < 2; ++k) {
+    const unsigned short ha = (unsigned short)(a >> (16 * k)), hb = (unsigned short)(b >> (16 * k));
+    const float fa = cc_h2f(ha), fb = cc_h2f(hb);
+    unsigned short h;
+    if (fa != fa || fb != fb) h = nan ? (unsigned short)0x7e00u : (fa != fa ? (fb != fb ? (unsigned short)0x7e00u : hb) : ha);
+    else h = fb > fa ? hb : ha;
+    r |= ((unsigned int)h) << (16 * k);
+  }
+  return r;
+}
+static __device__ __forceinline__ unsigned int cc_hmax2(unsigned int a, unsigned int b) {  // NaN-skipping
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned int r; asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r;
+#else
+  return cc_hmax2_soft(a, b, false);
+#endif
+}
+static __device__ __forceinline__ unsigned int cc_hmax2n(unsigned int a, unsigned int b) {  // NaN-propagating
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned int r; asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r;
+#else
+  return cc_hmax2_soft(a, b, true);
+#endif
+}
+"""
+
+_MAXNAN = r"""
+static __device__ __forceinline__ float cc_maxnan(float a, float b) {  // NaN-propagating max
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+  return (a != a || b != b) ? CC_NAN_F : (b > a ? b : a);
+#endif
+}
+static __device__ __forceinline__ double cc_maxnan(double a, double b) {
+  return (a != a || b != b) ? CC_NAN_D : (b > a ? b : a);
+}
+"""
 
 
 # -- LRN ----------------------------------------------------------------------------------

@@ -1,0 +1,285 @@
+"""Every environment variable cudnn-compat reads, in one table (issue 13, item 11).
+
+``VARIABLES`` declares each ``CUDNN_COMPAT_*`` variable (name, default, parser, doc), plus the
+variables of the test suite and the external ones the library honours but does not own
+(read-only here: shown by ``cudnn-compat doctor``, read where they are used).  Code reads a
+setting with ``get(name)``: the parsed value, or the default when the variable is unset, empty
+or not understood.  A value that is not understood never raises: it warns once
+(``ConfigWarning``, through the ``warnings`` module) naming the variable, the value, the rule
+and the default used instead, so ``import cudnn_compat`` and ``cudnn-compat doctor`` always run.
+
+Values are read from ``os.environ`` at each ``get`` (the variable may change at run time:
+``monkeypatch.setenv``, ``cudnn-compat replay --engine``) but parsed and validated once per
+distinct value; an unchanged variable costs two dict lookups.  ``report()`` is what the doctor
+prints: every variable, its raw value, the value used and whether it was understood.
+``reload()`` forgets the parsed values and the warnings given (tests).
+
+This module is part of ``_backend`` and imports nothing from ``cudnn_compat``.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+class ConfigWarning(RuntimeWarning):
+    """An environment variable of cudnn-compat has a value that is not understood; the default is used."""
+
+
+# -- parsers: raw string (stripped, non-empty) -> value, or ValueError(the rule broken) -----------
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def boolean(raw: str) -> bool:
+    v = raw.lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ValueError(f"must be one of {', '.join(_TRUE + _FALSE)}")
+
+
+def int_at_least(lo: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            v = int(raw, 10)
+        except ValueError:
+            raise ValueError(f"must be an integer >= {lo}") from None
+        if v < lo:
+            raise ValueError(f"must be an integer >= {lo}")
+        return v
+    parse.__doc__ = f"an integer >= {lo}"
+    return parse
+
+
+def choice(*values: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        v = raw.lower()
+        if v not in values:
+            raise ValueError(f"must be one of {', '.join(values)}")
+        return v
+    parse.__doc__ = "|".join(values)
+    return parse
+
+
+def text(raw: str) -> str:
+    return raw
+
+
+def name(raw: str) -> str:
+    if not all(c.isalnum() or c in "_-." for c in raw):
+        raise ValueError("must be an engine name (letters, digits, '_', '-', '.')")
+    return raw
+
+
+def path(raw: str) -> str:
+    return os.path.expanduser(raw)
+
+
+def new_file(raw: str) -> str:
+    """A file to create: its folder must exist and be writable."""
+    p = os.path.abspath(os.path.expanduser(raw))
+    folder = os.path.dirname(p)
+    if not os.path.isdir(folder):
+        raise ValueError(f"its folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"its folder {folder} is not writable")
+    if os.path.isdir(p):
+        raise ValueError(f"{p} is a folder, not a file")
+    return p
+
+
+def shim_mode(raw: str) -> str:
+    v = raw.lower()
+    if v == "stub":
+        return "stub"
+    try:
+        return "on" if boolean(v) else "off"
+    except ValueError:
+        raise ValueError(f"must be stub or one of {', '.join(_TRUE + _FALSE)}") from None
+
+
+def log_level(raw: str) -> str:
+    return choice("debug", "info", "warning", "error", "critical")(raw)
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+LIBRARY, TESTS, EXTERNAL = "library", "tests", "external"
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+    values: str  # the accepted values, for the README and the doctor
+    scope: str = LIBRARY  # library | tests (read by the test suite) | external (not ours; read-only here)
+
+
+VARIABLES = (
+    Variable("CUDNN_COMPAT_DEVICE", None, choice("cpu", "gpu"),
+             "where new handles run (unset: the GPU when CuPy sees one, else the CPU)", "cpu|gpu"),
+    Variable("CUDNN_COMPAT_ENGINE", None, name,
+             "force one engine (reference, cupy, cudnn); a graph it declines, or an unknown name, is NOT_SUPPORTED",
+             "engine name"),
+    Variable("CUDNN_COMPAT_PLAN_CACHE_SIZE", 1024, int_at_least(0), "plan cache bound (plans kept per process)",
+             "N >= 0"),
+    Variable("CUDNN_COMPAT_PLAN_CACHE_FILE", None, path,
+             "JSON file where configs chosen by timing persist across processes (problems: PlanCacheFileWarning)",
+             "path"),
+    Variable("CUDNN_COMPAT_LOG", None, log_level,
+             "log each new call signature's graph, the engines that declined it and why, the config chosen",
+             "debug|info|warning|error|critical"),
+    Variable("CUDNN_COMPAT_TRACE", None, new_file, "record every legacy call of the run to this JSON-lines file",
+             "path (its folder must exist)"),
+    Variable("CUDNN_COMPAT_TRACE_TENSORS", False, boolean,
+             "with CUDNN_COMPAT_TRACE: also save every call's tensors (an .npz next to the trace) for replay",
+             "1|0"),
+    Variable("CUDNN_COMPAT_SHIM", "off", shim_mode,
+             "with `cudnn-compat install-shim`'s .pth: install the CuPy 13 cuDNN modules at start-up "
+             "(stub: also without CuPy)", "1|0|stub"),
+    Variable("CUDNN_COMPAT_DUMP_KERNELS", None, path, "write every CUDA kernel the cupy engine compiles to this folder",
+             "folder"),
+    Variable("CUDNN_COMPAT_RNN_GRAPHS", True, boolean, "cupy engine: replay RNN recurrences as CUDA graphs", "1|0"),
+    Variable("CUDNN_COMPAT_CUPY_GRAPHS", False, boolean, "cupy engine: replay cached launch records as CUDA graphs "
+             "(off until verified on a GPU)", "1|0"),
+    Variable("CUDNN_COMPAT_CUDNN_GRAPHS", True, boolean, "cudnn engine: replay cached plans as CUDA graphs", "1|0"),
+    Variable("CUDNN_COMPAT_CUDNN_AUTOTUNE", None, int_at_least(1),
+             "cudnn engine: how many finalizable configs to time per graph (unset: 8; 3 for fused graphs)", "N >= 1"),
+    Variable("CUDNN_COMPAT_FUZZ_EXAMPLES", 0, int_at_least(0),
+             "test suite: total fuzz cases over the suite (0: the CI size, CUDNN_COMPAT_FUZZ_CI per weight)", "N >= 0",
+             TESTS),
+    Variable("CUDNN_COMPAT_FUZZ_BATCH", 1, int_at_least(1), "test suite: fuzz cases per hypothesis example", "N >= 1",
+             TESTS),
+    Variable("CUDNN_COMPAT_FUZZ_CI", 40, int_at_least(0), "test suite: fuzz cases per property weight in CI", "N >= 0",
+             TESTS),
+    Variable("CUDNN_COMPAT_FUZZ_PLACE", "cpu", choice("cpu", "gpu"), "test suite: the place the fuzz tests run on",
+             "cpu|gpu", TESTS),
+    Variable("CUDNN_COMPAT_LEAK_CYCLES", 2000, int_at_least(1), "test suite: create/destroy cycles per type of the "
+             "leak tests", "N >= 1", TESTS),
+    Variable("NVIDIA_TF32_OVERRIDE", None, choice("0", "1"),
+             "NVIDIA's switch, honoured as cuDNN and cuBLAS do: 0 turns TF32 off everywhere", "0", EXTERNAL),
+    Variable("CUDNN_LOGDEST_DBG", None, text, "cuDNN's log destination, honoured by the default callback "
+             "(cudnnSetCallback; unset: silent)", "stdout|stderr|path", EXTERNAL),
+)
+TABLE = {v.name: v for v in VARIABLES}
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Setting:
+    """One variable as read now: ``raw`` (None when unset), ``value`` (the one used),
+    ``understood`` (False when the raw value was rejected and the default used), ``problem``."""
+    name: str
+    raw: "str | None"
+    value: Any
+    understood: bool
+    problem: str = ""
+
+    @property
+    def is_set(self) -> bool:
+        return self.raw is not None and self.raw.strip() != ""
+
+
+_ENV = getattr(os.environ, "_data", None)  # POSIX: os.environ's own dict, updated by every os.environ write
+_ENCODE = getattr(os.environ, "encodekey", None)
+_DECODE = getattr(os.environ, "decodevalue", None)
+if not (isinstance(_ENV, dict) and _ENCODE and _DECODE):  # pragma: no cover - not POSIX
+    _ENV = None
+_KEYS = {v.name: _ENCODE(v.name) for v in VARIABLES} if _ENV is not None else {}
+_cache: dict = {}  # name -> (raw as stored in os.environ, Setting)
+_warned: set = set()
+_lock = threading.Lock()
+
+
+def _raw_now(name: str):
+    """The variable's value as os.environ stores it (bytes on POSIX), or None."""
+    if _ENV is not None:
+        return _ENV.get(_KEYS[name])
+    return os.environ.get(name)
+
+
+def _decode(stored) -> "str | None":
+    if stored is None or isinstance(stored, str):
+        return stored
+    return _DECODE(stored)
+
+
+def _parse(var: Variable, stored) -> Setting:
+    raw = _decode(stored)
+    if raw is None or raw.strip() == "":
+        return Setting(var.name, raw, var.default, True)
+    try:
+        return Setting(var.name, raw, var.parse(raw.strip()), True)
+    except (ValueError, OSError) as e:
+        problem = str(e) or type(e).__name__
+        setting = Setting(var.name, raw, var.default, False, problem)
+    with _lock:
+        first = (var.name, raw) not in _warned
+        _warned.add((var.name, raw))
+    if first:
+        default = "unset" if var.default is None else repr(var.default)
+        warnings.warn(f"{var.name}={raw!r} is not understood ({problem}); using the default ({default})",
+                      ConfigWarning, stacklevel=4)
+    return setting
+
+
+def setting(name: str) -> Setting:
+    """The ``Setting`` of ``name`` (a name of VARIABLES) as the environment holds it now."""
+    stored = _raw_now(name)
+    hit = _cache.get(name)
+    if hit is not None and hit[0] is stored:
+        return hit[1]
+    s = _parse(TABLE[name], stored)
+    _cache[name] = (stored, s)
+    return s
+
+
+def get(name: str):
+    """The value of ``name`` to use: parsed, or the default when unset, empty or not understood."""
+    stored = _ENV.get(_KEYS[name]) if _ENV is not None else os.environ.get(name)
+    hit = _cache.get(name)
+    if hit is not None and hit[0] is stored:
+        return hit[1].value
+    return setting(name).value
+
+
+def getter(name: str) -> Callable[[], Any]:
+    """``get(name)`` as a closure with the lookups bound (for per-call paths)."""
+    if _ENV is None:  # pragma: no cover - not POSIX
+        return lambda: get(name)
+    env, key, cache = _ENV, _KEYS[name], _cache
+    TABLE[name]  # noqa: B018 - KeyError for an undeclared name, now rather than at the first call
+
+    def read():
+        stored = env.get(key)
+        hit = cache.get(name)
+        if hit is not None and hit[0] is stored:
+            return hit[1].value
+        return setting(name).value
+    return read
+
+
+def report(scopes=(LIBRARY, TESTS, EXTERNAL)) -> list:
+    """Every declared variable's ``Setting`` (in table order), for the doctor."""
+    return [setting(v.name) for v in VARIABLES if v.scope in scopes]
+
+
+def validate() -> list:
+    """Read every library variable now (warning for each value not understood); their Settings."""
+    return report((LIBRARY,))
+
+
+def reload() -> None:
+    """Forget parsed values and the warnings already given (tests)."""
+    with _lock:
+        _cache.clear()
+        _warned.clear()

@@ -1,0 +1,292 @@
+"""Launch records: the cached call path of cupy plans (issue 14 item 3: a cached call costs a
+few microseconds of host time; nothing in it depends on the problem size).
+
+The first execute of a plan on a stream runs its steps as usual while a ``Tracer`` watches
+``runtime.launch``/``aligned``/``unalias``: every kernel launched, where each of its arguments
+comes from (a caller's buffer or a by-value scalar: a *variable*; a temporary, a scratch buffer
+the step keeps, a partial-state workspace: a *constant* the record keeps alive), and which
+input/output pairs the steps guard against overlap.  ``Record`` turns that into one argument
+buffer (8-byte slots: the plan's variables first, in ``Layout`` order, then the record's
+constants, written once) and, per launch, the CUfunction, grid, block, shared memory and a
+``void*[]`` of slot addresses: cuLaunchKernel's ``kernelParams``.
+
+``FastPath.compile`` generates the plan's ``fast(data, stream)`` (Python source made once per
+plan, unrolled over its variables): read the variables from the variant-pack dict, pick the
+record of (stream, alignment of the pointers that choose kernel variants), reject overlapping
+guarded pairs, patch every variable slot with one ``struct.pack_into`` and launch through
+``runtime.LAUNCH`` (CuPy's Cython cuLaunchKernel).  No dict is built, nothing is allocated.
+It returns False (nothing launched) when there is no record yet, a pointer is not an int, a
+guarded input overlaps an output or a value does not pack (a float32 scalar out of range): the
+plan's ordinary execute then runs (and records, for a new stream or alignment).
+
+Only plans whose runs are all ``TRACEABLE`` (their device work is exactly their
+``runtime.launch`` calls, their buffers the caller's or kept per stream) get records; plans with
+Python steps (cuBLAS GEMMs, the RNN recurrence) always execute.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+
+from ... import config
+from . import runtime
+
+TRACEABLE = frozenset({"KernelRun", "RowRun", "BnRun"})
+CODES = {"float": "f", "double": "d"}  # by-value argument C types a record patches (struct codes)
+MAX_RECORDS = 8  # per plan: (stream, alignment outcome) pairs kept
+PACK_ERRORS = (struct.error, OverflowError, TypeError)
+
+
+def traceable(runs) -> bool:
+    """True when a record can stand for an execute of ``runs``."""
+    for r in runs:
+        name = type(r).__name__
+        if name not in TRACEABLE and not getattr(r, "traceable", False):
+            return False
+        if name == "KernelRun" and r.extra is not None:
+            return False  # launch values computed per call
+    return True
+
+
+class Layout:
+    """The plan's variables: (uid, struct code) of every caller buffer ('Q') and by-value scalar
+    ('f'/'d') some kernel of the plan takes, in a fixed order; None when a kernel takes a
+    by-value argument of a C type records do not patch."""
+
+    def __init__(self, kernels, externals: dict, scalars: frozenset):
+        seen = set()
+        for spec in kernels:
+            for a in spec.args:
+                if a[0] == "buf" and a[1] in externals:
+                    seen.add((a[1], "Q"))
+                elif a[0] == "scalar":
+                    code = CODES.get(a[2])
+                    if code is None or a[1] not in scalars:
+                        raise ValueError(f"kernel argument {a!r} is not a patchable scalar")
+                    seen.add((a[1], code))
+        self.vars = sorted(seen)
+        self.index = {v: i for i, v in enumerate(self.vars)}
+        self.pack = struct.Struct("=" + "".join("f4x" if c == "f" else c for _, c in self.vars)).pack_into
+
+
+class Tracer:
+    """Watches one execute (``runtime._TRACE.tracer``); ``why`` is set when it cannot become a record."""
+
+    def __init__(self, layout: Layout, externals: dict, align_uids: tuple, key):
+        self.layout, self.ext, self.align_uids, self.key = layout, externals, frozenset(align_uids), key
+        self.launches: list = []  # (kernel, grid, block, shared mem, [("var", index) | ("const", (code, value))])
+        self.guards: set = set()
+        self.keep: list = []
+        self.why = None
+
+    def invalid(self, why: str) -> None:
+        if self.why is None:
+            self.why = why
+
+    def launch(self, spec, env, extra, fn) -> None:
+        src, index = [], self.layout.index
+        for a in spec.args:
+            kind = a[0]
+            if kind == "buf":
+                u = a[1]
+                if u in self.ext:
+                    src.append(("var", index[(u, "Q")]))
+                else:
+                    v = env[u]
+                    self.keep.append(v)
+                    src.append(("const", ("Q", runtime.pointer(v))))
+            elif kind == "scalar":
+                i = index.get((a[1], CODES.get(a[2])))
+                if i is None:
+                    return self.invalid(f"kernel argument {a!r} is not a patchable scalar")
+                src.append(("var", i))
+            elif kind == "extra" and a[2] == "ptr":
+                v = extra[a[1]]
+                self.keep.append(v)
+                src.append(("const", ("Q", runtime.pointer(v))))
+            else:
+                return self.invalid(f"kernel argument {a!r} is computed per call")
+        kernel = getattr(fn, "kernel", fn)  # CuPy's RawKernel: .kernel is the device's Function (.ptr)
+        grid = tuple(spec.grid) + (1,) * (3 - len(spec.grid))
+        block = tuple(spec.block) + (1,) * (3 - len(spec.block))
+        self.launches.append((kernel, grid, block, int(spec.shared_mem or 0), src))
+
+    def aligned(self, uids, ok: bool) -> None:
+        if any(u in self.ext and u not in self.align_uids for u in uids):
+            self.invalid(f"alignment of {tuple(uids)} is not in the plan's alignment set")
+
+    def guard(self, env, guard, stored) -> None:
+        for u in guard:
+            for s in stored:
+                if u in self.ext and s in self.ext and u != s:
+                    self.guards.add((u, s))
+
+
+class Record:
+    """The precomputed launches of one traced execute: (argument buffer, launches, count)."""
+
+    __slots__ = ("buf", "launches", "n", "keep", "params")
+
+    def __init__(self, tracer: Tracer):
+        nv = len(tracer.layout.vars)
+        consts = []
+        per_launch = []
+        for _k, _g, _b, _s, src in tracer.launches:
+            slots = []
+            for kind, v in src:
+                if kind == "var":
+                    slots.append(v)
+                else:
+                    slots.append(nv + len(consts))
+                    consts.append(v)
+            per_launch.append(slots)
+        self.buf = (ctypes.c_uint64 * max(1, nv + len(consts)))()  # 8-byte slots, 8-byte aligned
+        base = ctypes.addressof(self.buf)
+        for j, (code, value) in enumerate(consts):
+            struct.pack_into("=" + code, self.buf, 8 * (nv + j), value)
+        self.params, launches = [], []
+        for (kernel, grid, block, shm, _src), slots in zip(tracer.launches, per_launch):
+            arr = (ctypes.c_void_p * max(1, len(slots)))(*[base + 8 * i for i in slots])
+            self.params.append(arr)
+            launches.append((int(kernel.ptr), grid[0], grid[1], grid[2], block[0], block[1], block[2], shm,
+                             ctypes.addressof(arr)))
+        self.launches = tuple(launches)
+        self.n = len(launches)
+        self.keep = (tracer.keep, [t[0] for t in tracer.launches])  # temps, scratch; kernels (their modules)
+
+
+class FastPath:
+    """A plan's records, the CUDA graphs captured from them and its generated ``fast`` function.
+
+    Graphs: a call whose (stream, variable values) were seen once before is captured from its
+    record into a CUDA graph (runtime.Graphs, on a side stream: capture runs nothing) and every
+    later such call is one graph launch (about 1.7 us of host time on an H100 host against about
+    4 us per cuLaunchKernel: benchmarks/launch_paths.py); a call on a stream that is itself being
+    captured launches the kernels.  At most ``GRAPHS`` per plan, oldest dropped first; a capture
+    that fails marks its key so the record's launches are used.  One lock per plan covers the
+    argument buffers and the graph table (a dropped graph is never launched after)."""
+
+    GRAPHS = 16
+
+    def __init__(self, layout: Layout, align_uids: tuple, spans: dict):
+        self.layout, self.align, self.spans = layout, tuple(align_uids), spans
+        self.records: dict = {}  # (stream, alignment outcome) -> (buf, launches, n)
+        self.graphs: dict = {}  # (stream, variable values...) -> 0 (seen once), graphExec (> 0) or -1
+        self.guards: set = set()
+        self.lock = threading.Lock()
+        self._owned: dict = {}  # the Record objects (their buffers and kept temps)
+        self.fast = None
+
+    def add(self, tracer: Tracer) -> None:
+        rec = Record(tracer)
+        with self.lock:
+            recs = self.records
+            while len(recs) >= MAX_RECORDS:
+                k = next(iter(recs))
+                recs.pop(k)
+                self._owned.pop(k, None)
+                self._drop_graphs(lambda gk, s=k[0]: gk[0] == s)
+            self._owned[tracer.key] = rec
+            recs[tracer.key] = (rec.buf, rec.launches, rec.n)
+            if self.fast is None or not tracer.guards <= self.guards:
+                self.guards |= tracer.guards
+                self.fast = self.compile()
+
+    def clear(self) -> None:
+        with self.lock:
+            self.records.clear()
+            self._owned.clear()
+            self._drop_graphs(lambda gk: True)
+
+    def _drop_graphs(self, which) -> None:
+        """Remove (and destroy) the graphs whose key ``which`` selects; the caller holds the lock."""
+        for gk in [gk for gk in self.graphs if which(gk)]:
+            g = self.graphs.pop(gk)
+            if g > 0:
+                try:
+                    runtime.graphs().destroy(g)
+                except Exception:  # noqa: BLE001 - a graph that cannot be destroyed is left to the driver
+                    pass
+
+    def note(self, gk) -> None:
+        """First call with ``gk``: remember it (the next one is captured); lock held."""
+        graphs = self.graphs
+        graphs[gk] = 0 if config.get("CUDNN_COMPAT_CUPY_GRAPHS") else -1  # -1: launch the record's kernels
+        if len(graphs) > self.GRAPHS:
+            old = next(iter(graphs))
+            self._drop_graphs(lambda k, o=old: k is o)
+
+    def capture(self, gk, launches) -> int:
+        """The graph of ``launches`` with the arguments as packed now (lock held); -1 on failure."""
+        lk = runtime.launcher()
+
+        def launch_all(stream):
+            for f, gx, gy, gz, bx, by, bz, shm, pa in launches:
+                lk(f, gx, gy, gz, bx, by, bz, shm, stream, pa, 0)
+        try:
+            g = runtime.graphs().capture(launch_all)
+        except Exception:  # noqa: BLE001 - not capturable here: this key keeps launching its kernels
+            g = -1
+        if gk in self.graphs:
+            self.graphs[gk] = g
+        elif g > 0:
+            runtime.graphs().destroy(g)
+        return g
+
+    def compile(self):
+        """The generated ``fast(data, stream) -> bool`` (see the module docstring)."""
+        v = self.layout.vars
+        name = {uid: f"v{i}" for i, (uid, code) in enumerate(v) if code == "Q"}
+        lines = ["def fast(data, stream):",
+                 "    sptr = _cur() if stream is None else (stream if type(stream) is int else stream.ptr)"]
+        lines += [f"    v{i} = data[{uid!r}]" for i, (uid, _c) in enumerate(v)]
+        for uid in list(self.align) + [x for g in sorted(self.guards) for x in g]:
+            if uid not in name:  # a pointer that chooses a variant or is guarded but no kernel takes
+                name[uid] = f"g{len(name)}"
+                lines.append(f"    {name[uid]} = data[{uid!r}]")
+        checked = [name[u] for u in dict.fromkeys(list(self.align) + [x for g in sorted(self.guards) for x in g])]
+        if checked:
+            lines.append(f"    if {' or '.join(f'type({n}) is not int' for n in checked)}:")
+            lines.append("        return False")
+        if self.align:
+            al = [name[u] for u in self.align]
+            lines.append(f"    if ({' | '.join(al)}) & 15:")
+            lines.append(f"        rec = _recs.get((sptr, ({', '.join(f'{n} & 15 == 0' for n in al)},)))")
+            lines.append("    else:")
+            lines.append("        rec = _recs.get((sptr, True))")
+        else:
+            lines.append("    rec = _recs.get((sptr, True))")
+        lines += ["    if rec is None:", "        return False"]
+        for u, s in sorted(self.guards):  # a guarded input overlapping an output: execute (it copies)
+            lines.append(f"    if {name[u]} < {name[s]} + {self.spans[s]} and {name[s]} < {name[u]} + {self.spans[u]}:")
+            lines.append("        return False")
+        vals = ", ".join(f"v{i}" for i in range(len(v)))
+        lines += [f"    gk = (sptr, {vals})",
+                  "    with _lock:",
+                  "        g = _graphs.get(gk)",
+                  "        if g is not None and g > 0 and not (sptr and _capturing(sptr)):",
+                  "            _glaunch(g, sptr)",
+                  "        else:",
+                  "            buf, launches, n = rec",
+                  "            try:",
+                  f"                _pack(buf, 0, {vals})",
+                  "            except _ERR:",
+                  "                return False",
+                  "            for f, gx, gy, gz, bx, by, bz, shm, pa in launches:",
+                  "                _lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)",
+                  "            if g is None:",
+                  "                _note(gk)",
+                  "            elif g == 0 and not (sptr and _capturing(sptr)):",
+                  "                _capture(gk, launches)",
+                  "    _N[0] += rec[2]",
+                  "    return True"]
+        gr = runtime.graphs()
+        ns = {"_cur": runtime.current_stream_function(), "_recs": self.records, "_pack": self.layout.pack,
+              "_ERR": PACK_ERRORS, "_lk": runtime.launcher(), "_N": runtime.LAUNCHES, "_lock": self.lock,
+              "_graphs": self.graphs, "_glaunch": getattr(gr, "launch_function", lambda: gr.launch)(), "_capturing": gr.capturing, "_note": self.note,
+              "_capture": self.capture}
+        exec(compile("\n".join(lines) + "\n", "<cupy launch record>", "exec"), ns)
+        fast = ns["fast"]
+        fast.source = "\n".join(lines)
+        return fast

@@ -1,0 +1,75 @@
+"""The binding of a cached call on the GPU place, generated per plan (issue 14 item 3).
+
+``_call.run`` binds every external tensor of a plan to the caller's buffer.  For plans that take
+raw device pointers (``plan.raw_pointers``: the cudnn engine, the cupy engine's launch records)
+the common case is a contiguous CuPy array of the descriptor's dtype, big enough: its address is
+the binding (a device pointer int above POINTER_MIN is its own binding, as ``device_pointer`` says).  ``binder(plan)`` generates, once per plan, a function unrolled over the plan's
+tensors that makes exactly ``_call.run``'s fast-path test for each of them (``type(buf) is
+cupy.ndarray``, dtype identity or membership in the accepted set, C or F contiguity, ``nbytes``
+at least the span) and returns the variant-pack dict ``{uid: pointer or scalar}``; on the first
+buffer that is anything else it returns None and ``_call.run``'s general loop binds the call
+(and raises its errors).  A prior-output tensor (``uid + Y_PRIOR_OFFSET``) not given by the caller
+takes the output's pointer, as the loop does.
+"""
+from __future__ import annotations
+
+from . import _data
+
+
+def _none(tensors, scalars):
+    return None
+
+
+def binder(plan):
+    """The plan's generated binder (made on first use, kept on the plan)."""
+    fn = plan.__dict__.get("gpu_binder")
+    if fn is not None:
+        return fn
+    fn = _none
+    if getattr(plan, "raw_pointers", False):
+        nd = _data._CUPY_NDARRAY[0] if _data._CUPY_NDARRAY else _data.cupy_ndarray()
+        from ._call import Y_PRIOR_OFFSET, _program
+        fn = _generate(_program(plan), nd, Y_PRIOR_OFFSET)
+    plan.gpu_binder = fn
+    return fn
+
+
+def _generate(prog, nd, prior_offset: int):
+    tensors = [(e[0], e[4], e[5], e[6]) for e in prog if not e[2]]  # (uid, need, storage, accepted)
+    scalars = [e[0] for e in prog if e[2]]
+    uids = {u for u, *_ in tensors}
+    # outputs before their priors, so a prior the caller did not pass can reuse the output's pointer
+    tensors.sort(key=lambda e: (e[0] - prior_offset in uids, e[0]))
+    need_of = {u: n for u, n, _s, _a in tensors}
+    ns = {"ND": nd}
+    lines = ["def bind(tensors, scalars):"]
+    for k, (u, need, storage, acc) in enumerate(tensors):
+        ns[f"S{k}"], ns[f"A{k}"] = storage, acc
+        base = u - prior_offset
+        check = ["        if type(b) is ND:",
+                 f"            if (b.dtype is not S{k} and b.dtype not in A{k}) or not (b._c_contiguous or b._f_contiguous) "
+                 f"or b.nbytes < {need}:",
+                 "                return None",
+                 f"            p{u} = b.data.ptr",
+                 f"        elif type(b) is int and b >= {_data.POINTER_MIN}:",  # a device pointer (device_pointer)
+                 f"            p{u} = b",
+                 "        else:",
+                 "            return None"]
+        if base in uids and need_of[base] == need:
+            lines += [f"    e = tensors.get({u})",
+                      "    if e is None:",
+                      f"        p{u} = p{base}",
+                      "    else:",
+                      "        b = e[0]"] + check
+        else:
+            lines += [f"    e = tensors.get({u})"]
+            if base in uids:
+                lines += ["    if e is None:", f"        e = tensors[{base}]"]
+            lines += ["    if e is None:", "        return None", "    b = e[0]"]
+            lines += [c[4:] for c in check]
+    items = [f"{u}: p{u}" for u, *_ in tensors] + [f"{u}: scalars[{u}]" for u in scalars]
+    lines.append(f"    return {{{', '.join(items)}}}")
+    exec(compile("\n".join(lines) + "\n", "<gpu binder>", "exec"), ns)
+    fn = ns["bind"]
+    fn.source = "\n".join(lines)
+    return fn

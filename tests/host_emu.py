@@ -1,0 +1,236 @@
+"""A GPU handle on a machine without a GPU, for the cached-call path (tests/test_host_path.py,
+``benchmarks/host_overhead.py --place emu``): the legacy layer's GPU binding (raw device
+pointers), the planner and the cupy engine's launch records run for real; device memory is host
+memory (NumPy arrays, their addresses as "device pointers"), and kernels either run on the CPU
+kernel emulator (``tests/kernel_emu.py``, real numbers) or do nothing (``noop``: host cost only).
+
+``Emu(mode)`` installs, until ``restore()``:
+  * a NumPy-backed stand-in for the few CuPy calls the cupy engine's steps make (allocation,
+    views over raw pointers, the current stream, the device id);
+  * ``runtime.function`` -> an ``EmuKernel`` (``.ptr``, ``__call__`` as CuPy's RawKernel);
+  * ``runtime.LAUNCH`` -> a cuLaunchKernel stand-in reading the ``void*[]`` argument array the
+    records pass (the emulator's ``cc_launch`` takes exactly that);
+  * the cupy engine as available and the native engine as not.
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import sys
+import types
+
+import numpy as np
+
+import kernel_emu
+from _backend.engines import cupy_engine
+from _backend.engines.cupy_engine import runtime
+
+
+class _Unowned:
+    def __init__(self, ptr, size, owner=None):
+        self.ptr, self.size, self.owner = int(ptr), int(size), owner
+
+
+class _MemPtr:
+    def __init__(self, mem, offset=0):
+        self.mem, self.ptr = mem, mem.ptr + offset
+
+
+class _Stream:
+    ptr = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _ndarray(shape, dtype=None, memptr=None, strides=None):
+    dtype = np.dtype(dtype)
+    if isinstance(memptr, _MemPtr):
+        raw = (ctypes.c_uint8 * max(1, memptr.mem.size)).from_address(memptr.ptr)
+        buf = np.frombuffer(raw, np.uint8)
+    else:
+        buf = memptr  # a NumPy array's .data (memoryview)
+    return np.ndarray(tuple(shape), dtype=dtype, buffer=buf, strides=strides)
+
+
+def fake_cupy():
+    cuda = types.SimpleNamespace(
+        UnownedMemory=_Unowned, MemoryPointer=_MemPtr, get_current_stream=lambda: _Stream(),
+        ExternalStream=lambda p: _Stream(), Stream=_Stream,
+        runtime=types.SimpleNamespace(getDevice=lambda: 0))
+    return types.SimpleNamespace(
+        cuda=cuda, ndarray=_ndarray, empty=lambda n, dtype=np.float32: np.empty(n, dtype),
+        zeros=lambda n, dtype=np.float32: np.zeros(n, dtype), uint8=np.uint8, uint32=np.uint32,
+        float32=np.float32, float64=np.float64, ascontiguousarray=np.ascontiguousarray)
+
+
+class _Ptr:
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class EmuArray:
+    """A CuPy array stand-in over a NumPy array: what the legacy layer's CuPy fast paths read
+    (``type(buf) is cupy.ndarray``, dtype, contiguity, nbytes, ``data.ptr``)."""
+
+    __slots__ = ("host", "dtype", "nbytes", "data", "_c_contiguous", "_f_contiguous", "flags", "shape", "size")
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+        self.dtype, self.nbytes, self.shape, self.size = host.dtype, host.nbytes, host.shape, host.size
+        self.data = _Ptr(host.__array_interface__["data"][0])
+        self._c_contiguous, self._f_contiguous = host.flags.c_contiguous, host.flags.f_contiguous
+        self.flags = host.flags
+
+    @property
+    def __cuda_array_interface__(self):
+        i = self.host.__array_interface__
+        return {"shape": i["shape"], "typestr": i["typestr"], "data": i["data"], "strides": i["strides"], "version": 3}
+
+    def reshape(self, *a, **k):
+        return EmuArray(self.host.reshape(*a, **k))
+
+    def view(self, dtype):
+        return EmuArray(self.host.view(dtype))
+
+    def __getitem__(self, i):
+        return EmuArray(self.host[i])
+
+
+_PTRS = itertools.count(0x1000)
+
+
+class EmuKernel:
+    """A compiled kernel stand-in: ``ptr`` names it to the launcher; calling it as CuPy's
+    RawKernel runs it (or not, in noop mode)."""
+
+    def __init__(self, spec, emu: "Emu"):
+        self.spec, self.emu, self.ptr = spec, emu, next(_PTRS)
+        self.lib = kernel_emu.compile_spec(spec) if emu.mode == "emulate" else None
+        emu.kernels[self.ptr] = self
+
+    def run_params(self, params_addr: int, grid, block) -> None:
+        """Run with cuLaunchKernel's ``kernelParams`` (every entry points at its value); the
+        emulator takes pointer parameters by value, the rest by address."""
+        self.emu.launches.append(self.spec.name)
+        if self.lib is None:
+            return
+        n = len(self.spec.params)
+        src = (ctypes.c_void_p * max(1, n)).from_address(params_addr)
+        argv = (ctypes.c_void_p * max(1, n))()
+        for i, decl in enumerate(self.spec.params):
+            typ = decl.rpartition(" ")[0]
+            argv[i] = ctypes.c_uint64.from_address(src[i]).value if "*" in typ else src[i]
+        self.lib.cc_launch(argv, *[ctypes.c_uint(v) for v in grid], *[ctypes.c_uint(v) for v in block])
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        slots = []
+        for a in args:
+            slots.append(np.array(a))  # np.uint64 pointers, np.float32 / float64 scalars
+        params = (ctypes.c_void_p * max(1, len(slots)))(*[s.ctypes.data for s in slots])
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        b = tuple(block) + (1,) * (3 - len(block))
+        self.run_params(ctypes.addressof(params), g, b)
+
+
+class Emu:
+    """Install the stand-ins; ``mode``: 'emulate' (kernels run on the CPU) or 'noop'."""
+
+    def __init__(self, mode: str = "emulate"):
+        self.mode = mode
+        self.kernels: dict = {}
+        self.launches: list = []
+        self._fns: dict = {}
+        self._saved = (runtime.cupy, runtime.function, list(runtime.LAUNCH), list(runtime.STREAM_PTR),
+                       cupy_engine._unavailable, list(runtime.GRAPHS))
+        self._capture = None
+        self.graphs: dict = {}
+        self.captures = self.graph_launches = 0
+        runtime.GRAPHS[0] = types.SimpleNamespace(capture=self.capture, launch=self.glaunch, destroy=self.gdestroy,
+                                                  capturing=lambda s: False)
+        cp = fake_cupy()
+        runtime.cupy = lambda: cp
+        runtime.function = self.function
+        runtime.LAUNCH[0] = self.launch
+        runtime.STREAM_PTR[0] = lambda: 0
+        cupy_engine._unavailable = lambda: None
+        from cudnn_compat import _data
+        self._nd_saved = list(_data._CUPY_NDARRAY)
+        nd = EmuArray  # device arrays of the emulated GPU place
+        _data._CUPY_NDARRAY[:] = [nd]
+        # ``import cupy`` inside the legacy layer's GPU checks finds this stand-in (restored after)
+        mod = types.ModuleType("cupy")
+        mod.ndarray, mod.uint8 = nd, np.uint8
+        mod.from_dlpack = lambda x: (_ for _ in ()).throw(TypeError("no DLPack on the emulated GPU"))
+        self._mod_saved = sys.modules.get("cupy")
+        sys.modules["cupy"] = mod
+
+    def function(self, spec):
+        k = self._fns.get(spec.name)
+        if k is None:
+            k = self._fns[spec.name] = EmuKernel(spec, self)
+        return k
+
+    def launch(self, f, gx, gy, gz, bx, by, bz, shm, stream, params, extra):
+        if self._capture is not None:  # a graph node: the argument values as they are now
+            k = self.kernels[f]
+            n = max(1, len(k.spec.params))
+            src = (ctypes.c_void_p * n).from_address(params)
+            vals = (ctypes.c_uint64 * n)(*[ctypes.c_uint64.from_address(src[i]).value for i in range(n)])
+            arr = (ctypes.c_void_p * n)(*[ctypes.addressof(vals) + 8 * i for i in range(n)])
+            self._capture.append((f, (gx, gy, gz), (bx, by, bz), vals, arr))
+            return
+        self.kernels[f].run_params(params, (gx, gy, gz), (bx, by, bz))
+
+    # -- CUDA graphs (runtime.Graphs) -----------------------------------------------------------------
+    def capture(self, launch_all) -> int:
+        self._capture = []
+        try:
+            launch_all(-7)
+            nodes = self._capture
+        finally:
+            self._capture = None
+        gid = next(_PTRS)
+        self.graphs[gid] = nodes
+        self.captures += 1
+        return gid
+
+    def glaunch(self, exe, stream) -> None:
+        self.graph_launches += 1
+        for f, grid, block, _vals, arr in self.graphs[exe]:
+            self.kernels[f].run_params(ctypes.addressof(arr), grid, block)
+
+    def gdestroy(self, exe) -> None:
+        del self.graphs[exe]
+
+    def handle(self):
+        """A handle of the GPU place (device 0) without CUDA."""
+        import cudnn_compat as cc
+        h = cc.cudnnCreate("cpu")
+        h.place = "gpu"
+        h.touched()
+        return h
+
+    def restore(self):
+        (runtime.cupy, runtime.function, launch, stream, cupy_engine._unavailable, graphs) = self._saved
+        runtime.GRAPHS[:] = graphs
+        runtime.LAUNCH[:] = launch
+        runtime.STREAM_PTR[:] = stream
+        from cudnn_compat import _data
+        _data._CUPY_NDARRAY[:] = self._nd_saved
+        if self._mod_saved is None:
+            sys.modules.pop("cupy", None)
+        else:
+            sys.modules["cupy"] = self._mod_saved
+        from _backend.plan_cache import CACHE
+        CACHE.clear()
+
+
+def ptr(a: np.ndarray) -> int:
+    """A NumPy array's address, the "device pointer" of the emulated GPU place."""
+    return a.__array_interface__["data"][0]

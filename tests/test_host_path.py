@@ -1,0 +1,492 @@
+"""The cached call path on a GPU handle (issue 14 item 3): launch records of the cupy engine
+(_backend/engines/cupy_engine/records.py), the generated binder (cudnn_compat/_fastbind.py) and
+the per-signature memo of the legacy functions (cudnn_compat/_memo.py).
+
+On the CPU the GPU place is emulated (tests/host_emu.py): raw pointers, records and binders run
+for real and kernels run on the CPU kernel emulator, so the numbers are checked against the
+reference engine on a CPU handle.  What is checked: a record is made once and reused (the same
+objects, no new record on later calls); results follow changed buffers (pointer slots patched in
+place) and changed alpha/beta (scalar slots patched); an input overlapping a guarded output
+takes the steps (they copy it); bad input is still BAD_PARAM with its message after a signature
+is cached; the memo does not grow with descriptors re-created per call.  The ``gpu`` tests run
+every family of the benchmark (benchmarks/host_overhead.py) twice on the device, the second time
+through its record, against the reference engine.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import cudnn_compat as cc
+from conftest import tdesc
+
+S = (2, 8, 5, 6)  # N, C, H, W
+P = (2, 8, 3, 3)  # max pool 3x3 / 2, pad 1
+F32 = cc.CUDNN_DATA_FLOAT
+
+
+# -- the families: (inputs, outputs, call(handle, buffers, alpha, beta)) ------------------------------------
+
+def _act(rng):
+    ad = cc.cudnnCreateActivationDescriptor()
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    return ad
+
+
+def case_act_fwd(rng):
+    xd, ad = tdesc(S), _act(rng)
+    return ({"x": rng.standard_normal(S)}, {"y": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnActivationForward(h, ad, a, xd, b["x"], be, xd, b["y"]))
+
+
+def case_act_bwd(rng):
+    xd, ad = tdesc(S), _act(rng)
+    return ({"x": rng.standard_normal(S), "y": np.abs(rng.standard_normal(S)), "dy": rng.standard_normal(S)},
+            {"dx": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnActivationBackward(h, ad, a, xd, b["y"], xd, b["dy"], xd, b["x"], be, xd, b["dx"]))
+
+
+def case_add_tensor(rng):
+    bd, cd = tdesc((1, 8, 1, 1)), tdesc(S)
+    return ({"b": rng.standard_normal((1, 8, 1, 1))}, {"c": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnAddTensor(h, a, bd, b["b"], be, cd, b["c"]))
+
+
+def case_op_tensor(rng):
+    d = tdesc(S)
+    od = cc.cudnnCreateOpTensorDescriptor()
+    cc.cudnnSetOpTensorDescriptor(od, cc.CUDNN_OP_TENSOR_MUL, F32, cc.CUDNN_NOT_PROPAGATE_NAN)
+    return ({"a": rng.standard_normal(S), "b": rng.standard_normal(S)}, {"c": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnOpTensor(h, od, a, d, b["a"], 0.75, d, b["b"], be, d, b["c"]))
+
+
+def case_reduce_tensor(rng):
+    ad, cd = tdesc(S), tdesc((1, 8, 1, 1))
+    rd = cc.cudnnCreateReduceTensorDescriptor()
+    cc.cudnnSetReduceTensorDescriptor(rd, cc.CUDNN_REDUCE_TENSOR_ADD, F32, cc.CUDNN_NOT_PROPAGATE_NAN,
+                                      cc.CUDNN_REDUCE_TENSOR_NO_INDICES, cc.CUDNN_32BIT_INDICES)
+
+    def call(h, b, a, be):
+        n = cc.cudnnGetReductionWorkspaceSize(h, rd, ad, cd)
+        cc.cudnnReduceTensor(h, rd, None, 0, b["ws"] if n else None, n, a, ad, b["a"], be, cd, b["c"])
+    return {"a": rng.standard_normal(S), "ws": np.zeros(4096, np.uint8)}, {"c": rng.standard_normal((1, 8, 1, 1))}, call
+
+
+def case_softmax_fwd(rng):
+    d = tdesc(S)
+    return ({"x": rng.standard_normal(S)}, {"y": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnSoftmaxForward(h, cc.CUDNN_SOFTMAX_ACCURATE, cc.CUDNN_SOFTMAX_MODE_CHANNEL, a,
+                                                       d, b["x"], be, d, b["y"]))
+
+
+def case_softmax_bwd(rng):
+    d = tdesc(S)
+    y = rng.uniform(0.0, 1.0, S)
+    return ({"y": y, "dy": rng.standard_normal(S)}, {"dx": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnSoftmaxBackward(h, cc.CUDNN_SOFTMAX_ACCURATE, cc.CUDNN_SOFTMAX_MODE_CHANNEL, a,
+                                                        d, b["y"], d, b["dy"], be, d, b["dx"]))
+
+
+def _pool():
+    pd = cc.cudnnCreatePoolingDescriptor()
+    cc.cudnnSetPooling2dDescriptor(pd, cc.CUDNN_POOLING_MAX, cc.CUDNN_NOT_PROPAGATE_NAN, 3, 3, 1, 1, 2, 2)
+    return pd
+
+
+def case_pool_fwd(rng):
+    xd, yd, pd = tdesc(S), tdesc(P), _pool()
+    return ({"x": rng.standard_normal(S)}, {"y": rng.standard_normal(P)},
+            lambda h, b, a, be: cc.cudnnPoolingForward(h, pd, a, xd, b["x"], be, yd, b["y"]))
+
+
+def case_pool_bwd(rng):
+    xd, yd, pd = tdesc(S), tdesc(P), _pool()
+    x = rng.standard_normal(S).astype(np.float32)
+    h0 = cc.cudnnCreate("cpu")
+    y = np.zeros(P, np.float32)
+    cc.cudnnPoolingForward(h0, pd, 1.0, xd, x, 0.0, yd, y)  # y consistent with x (the max positions)
+    return ({"x": x, "y": y, "dy": rng.standard_normal(P)}, {"dx": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnPoolingBackward(h, pd, a, yd, b["y"], yd, b["dy"], xd, b["x"], be, xd, b["dx"]))
+
+
+def _bn_param(rng):
+    return {"scale": rng.uniform(0.5, 1.5, 8), "bias": rng.standard_normal(8)}
+
+
+def case_bn_train(rng):
+    xd, pd = tdesc(S), tdesc((1, 8, 1, 1))
+    mode = cc.CUDNN_BATCHNORM_SPATIAL
+    return ({"x": rng.standard_normal(S) * 2 + 1, **_bn_param(rng)},
+            {"y": rng.standard_normal(S), "rm": rng.standard_normal(8), "rv": rng.uniform(0.5, 1.5, 8),
+             "sm": np.zeros(8), "si": np.zeros(8)},
+            lambda h, b, a, be: cc.cudnnBatchNormalizationForwardTraining(
+                h, mode, a, be, xd, b["x"], xd, b["y"], pd, b["scale"], b["bias"], 0.25, b["rm"], b["rv"], 1e-4,
+                b["sm"], b["si"]))
+
+
+def case_bn_inf(rng):
+    xd, pd = tdesc(S), tdesc((1, 8, 1, 1))
+    return ({"x": rng.standard_normal(S), "m": rng.standard_normal(8), "v": rng.uniform(0.5, 1.5, 8), **_bn_param(rng)},
+            {"y": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnBatchNormalizationForwardInference(
+                h, cc.CUDNN_BATCHNORM_SPATIAL, a, be, xd, b["x"], xd, b["y"], pd, b["scale"], b["bias"], b["m"],
+                b["v"], 1e-5))
+
+
+def case_bn_bwd(rng):
+    xd, pd = tdesc(S), tdesc((1, 8, 1, 1))
+    return ({"x": rng.standard_normal(S), "dy": rng.standard_normal(S), "scale": rng.uniform(0.5, 1.5, 8),
+             "sm": rng.standard_normal(8) * 0.1, "si": rng.uniform(0.5, 1.5, 8)},
+            {"dx": rng.standard_normal(S), "ds": rng.standard_normal(8), "db": rng.standard_normal(8)},
+            lambda h, b, a, be: cc.cudnnBatchNormalizationBackward(
+                h, cc.CUDNN_BATCHNORM_SPATIAL, a, be, 0.5 * a, be, xd, b["x"], xd, b["dy"], xd, b["dx"], pd, b["scale"],
+                b["ds"], b["db"], 1e-5, b["sm"], b["si"]))
+
+
+def case_lrn(rng):
+    d = tdesc(S)
+    ld = cc.cudnnCreateLRNDescriptor()
+    cc.cudnnSetLRNDescriptor(ld, 5, 1e-2, 0.75, 2.0)
+    return ({"x": rng.standard_normal(S)}, {"y": rng.standard_normal(S)},
+            lambda h, b, a, be: cc.cudnnLRNCrossChannelForward(h, ld, cc.CUDNN_LRN_CROSS_CHANNEL_DIM1, a, d, b["x"], be,
+                                                               d, b["y"]))
+
+
+def case_dropout(rng):
+    d = tdesc(S)
+    dd = cc.cudnnCreateDropoutDescriptor()
+    n = int(np.prod(S))
+    res = cc.cudnnDropoutGetReserveSpaceSize(d)
+
+    def call(h, b, a, be):  # alpha/beta: none; the states advance per call (same on both sides)
+        cc.cudnnRestoreDropoutDescriptor(dd, h, 0.5, b["states"], 64, 0)
+        cc.cudnnDropoutForward(h, dd, d, b["x"], d, b["y"], b["res"], res)
+    states = np.zeros(64, np.uint8)
+    states[:16] = np.array([1234, 0, 0, 0], "<i4").view(np.uint8)
+    return ({"x": rng.standard_normal(n)}, {"y": np.zeros(n), "res": np.zeros(res, np.uint8), "states": states}, call)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+EMULATED = ("act_fwd", "add_tensor", "softmax_fwd", "pool_fwd", "bn_train", "dropout")
+
+
+def _f32(d: dict) -> dict:
+    return {k: (v if v.dtype == np.uint8 else v.astype(np.float32)) for k, v in d.items()}
+
+
+def run_twice(place_call, case, rng):
+    """Two calls of ``case`` with fresh buffers and other alpha/beta each time, on the CPU reference
+    handle and through ``place_call(call, host buffers, alpha, beta) -> host outputs``; returns
+    [(reference outputs, outputs)] per call."""
+    ins, outs, call = CASES[case](rng)
+    hc = cc.cudnnCreate("cpu")
+    out = []
+    for alpha, beta in ((1.0, 0.0), (1.5, -0.5)):
+        bufs = _f32({**ins, **outs})
+        bufs = {k: v * (1.0 + 0.25 * (alpha - 1.0)) if k in ins and v.dtype != np.uint8 else v for k, v in bufs.items()}
+        ref = {k: v.copy() for k, v in bufs.items()}
+        call(hc, ref, alpha, beta)
+        got = place_call(call, {k: v.copy() for k, v in bufs.items()}, alpha, beta)
+        out.append(({k: ref[k] for k in outs}, {k: got[k] for k in outs}))
+    return out
+
+
+def assert_close(ref: dict, got: dict, tol=2e-5):
+    for k in ref:
+        w, g = ref[k].astype(np.float64), got[k].astype(np.float64)
+        assert np.allclose(g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max(initial=0)))), k
+
+
+# -- the emulated GPU place -------------------------------------------------------------------------------
+
+@pytest.fixture
+def emu():
+    import kernel_emu
+    why = kernel_emu.available()
+    if why:
+        pytest.skip(why)
+    import host_emu
+    from cudnn_compat import _memo
+    cc.plan_cache_clear()
+    e = host_emu.Emu("emulate")
+    yield e
+    e.restore()
+    _memo.clear_all()
+
+
+def _emu_place(e, h):
+    import host_emu
+
+    def place_call(call, bufs, alpha, beta):
+        dev = {k: host_emu.EmuArray(v) for k, v in bufs.items()}
+        call(h, dev, alpha, beta)
+        return bufs  # the device arrays are views of these
+    return place_call
+
+
+@pytest.mark.parametrize("case", EMULATED)
+def test_records_give_the_reference_numbers(emu, rng, case):
+    """Call 1 traces (the steps run), call 2 replays the record with other buffers and alpha/beta."""
+    h = emu.handle()
+    for ref, got in run_twice(_emu_place(emu, h), case, rng):
+        assert_close(ref, got)
+    plan = cc._call.last_plan()
+    assert plan.engine == "cupy" and plan.launch_mode == "record"
+    assert len(plan._path.records) == 1
+
+
+def test_a_record_is_made_once_and_reused(emu, rng):
+    import host_emu
+    from _backend.engines.cupy_engine import records, runtime
+    h = emu.handle()
+    ins, outs, call = case_act_fwd(rng)
+    bufs = _f32({**ins, **outs})
+    dev = {k: host_emu.EmuArray(v) for k, v in bufs.items()}
+    made = []
+    orig = records.FastPath.add
+    records.FastPath.add = lambda self, tracer: (made.append(tracer), orig(self, tracer))[1]
+    try:
+        call(h, dev, 1.0, 0.0)
+        plan = cc._call.last_plan()
+        fast, rec = plan.fast, next(iter(plan._path.records.values()))
+        n0 = runtime.LAUNCHES[0]
+        for i in range(5):
+            call(h, dev, 1.0 + i, 0.0)
+            assert cc._call.last_plan() is plan and plan.fast is fast
+            assert next(iter(plan._path.records.values())) is rec
+    finally:
+        records.FastPath.add = orig
+    assert len(made) == 1  # traced once: the first call
+    assert runtime.LAUNCHES[0] - n0 == 5 * rec[2]  # every later call launched the record's kernels
+    assert plan.gpu_binder is not None and plan.gpu_binder.source  # and bound through the generated binder
+    np.testing.assert_allclose(bufs["y"], 5.0 * np.maximum(bufs["x"], 0), rtol=1e-6)
+
+
+def test_repeated_calls_replay_a_cuda_graph(emu, rng, monkeypatch):
+    """The same buffers and scalars again: the second such call is captured into a graph, later ones
+    replay it; the graph reads the buffers' current contents; two buffer sets get a graph each."""
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default until verified on a GPU
+    import host_emu
+    h = emu.handle()
+    ins, outs, call = case_act_fwd(rng)
+    sets = [_f32({"x": rng.standard_normal(S), "y": np.zeros(S)}) for _ in range(2)]
+    dev = [{k: host_emu.EmuArray(v) for k, v in st.items()} for st in sets]
+    for i in range(6):
+        for st, d in zip(sets, dev):
+            st["x"][...] = rng.standard_normal(S)  # new contents, same memory
+            call(h, d, 1.5, 0.0)
+            np.testing.assert_allclose(st["y"], 1.5 * np.maximum(st["x"], 0), rtol=1e-6)
+    plan = cc._call.last_plan()
+    # set 1: trace (steps), note, capture, then 3 replays; set 2 (the record exists): note, capture, 4 replays
+    assert emu.captures == 2 and emu.graph_launches == 3 + 4
+    assert sorted(g > 0 for g in plan._path.graphs.values()) == [True, True]
+    cc.plan_cache_clear()  # the plan's graphs go with it
+    assert not emu.graphs
+
+
+def test_graph_table_is_bounded(emu, rng, monkeypatch):
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default until verified on a GPU
+    from _backend.engines.cupy_engine import records
+    import host_emu
+    h = emu.handle()
+    ins, outs, call = case_act_fwd(rng)
+    st = _f32({**ins, **outs})
+    d = {k: host_emu.EmuArray(v) for k, v in st.items()}
+    for i in range(3 * records.FastPath.GRAPHS):
+        for _ in range(3):
+            call(h, d, 1.0 + i, 0.0)  # a new alpha: a new key, captured on its third call
+    plan = cc._call.last_plan()
+    assert len(plan._path.graphs) <= records.FastPath.GRAPHS
+    assert len(emu.graphs) <= records.FastPath.GRAPHS  # dropped graphs are destroyed
+    np.testing.assert_allclose(st["y"], (3.0 * records.FastPath.GRAPHS) * np.maximum(st["x"], 0), rtol=1e-6)
+
+
+def test_pointer_slots_follow_the_buffers(emu, rng):
+    """Alternating between buffer sets: each call writes only its own output."""
+    import host_emu
+    h = emu.handle()
+    ins, outs, call = case_softmax_fwd(rng)
+    sets = [_f32({"x": rng.standard_normal(S), "y": np.zeros(S)}) for _ in range(3)]
+    dev = [{k: host_emu.EmuArray(v) for k, v in s.items()} for s in sets]
+    hc = cc.cudnnCreate("cpu")
+    for rnd in range(2):
+        for i, (s, d) in enumerate(zip(sets, dev)):
+            s["y"][...] = -7.0
+            call(h, d, 1.0 + i, 0.0)
+            ref = {"x": s["x"].copy(), "y": np.zeros_like(s["y"])}
+            call(hc, ref, 1.0 + i, 0.0)
+            np.testing.assert_allclose(s["y"], ref["y"], rtol=1e-5, atol=1e-6)
+            for j, other in enumerate(sets):
+                if j != i:
+                    assert not np.any(other["y"] == ref["y"])
+
+
+def test_scalar_slots_follow_alpha_and_beta(emu, rng):
+    """One plan (beta != 0) called with several alpha/beta: y = alpha*relu(x) + beta*y each time."""
+    import host_emu
+    h = emu.handle()
+    ins, outs, call = case_act_fwd(rng)
+    x = rng.standard_normal(S).astype(np.float32)
+    y = rng.standard_normal(S).astype(np.float32)
+    dx, dy = host_emu.EmuArray(x), host_emu.EmuArray(y)
+    want = y.astype(np.float64)
+    for alpha, beta in ((1.0, 1.0), (2.0, -0.5), (-3.0, 0.25), (0.0, 2.0)):
+        call(h, {"x": dx, "y": dy}, alpha, beta)
+        want = alpha * np.maximum(x, 0) + beta * want
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert len(cc._call.last_plan()._path.records) == 1
+
+
+def test_overlapping_guarded_buffers_take_the_steps(emu, rng):
+    """Pooling reads x around each output: y written over x must not feed later outputs.  The
+    record is bypassed for that call (the steps copy x first) and used again after."""
+    import host_emu
+    h = emu.handle()
+    xd, yd, pd = tdesc(S), tdesc(P), _pool()
+    hc = cc.cudnnCreate("cpu")
+    x = rng.standard_normal(S).astype(np.float32)
+    want = np.zeros(P, np.float32)
+    cc.cudnnPoolingForward(hc, pd, 1.0, xd, x.copy(), 0.0, yd, want)
+    y = np.zeros(P, np.float32)
+    cc.cudnnPoolingForward(h, pd, 1.0, xd, host_emu.EmuArray(x.copy()), 0.0, yd, host_emu.EmuArray(y))  # records
+    plan = cc._call.last_plan()
+    assert plan.fast is not None and plan._path.guards  # x is guarded against y
+    buf = x.copy()  # y written into x's own memory
+    cc.cudnnPoolingForward(h, pd, 1.0, xd, host_emu.EmuArray(buf), 0.0, yd, host_emu.EmuArray(buf))
+    np.testing.assert_allclose(buf.ravel()[:want.size], want.ravel(), rtol=1e-6)
+    assert len(plan._path.records) == 1
+
+
+def test_two_threads_share_a_record(emu, rng):
+    import host_emu
+    h = emu.handle()
+    ins, outs, call = case_act_fwd(rng)
+    call(h, {k: host_emu.EmuArray(v) for k, v in _f32({**ins, **outs}).items()}, 1.0, 0.0)  # the record
+    errors = []
+
+    def worker(k):
+        r = np.random.default_rng(k)
+        for i in range(40):
+            x = r.standard_normal(S).astype(np.float32)
+            y = np.zeros(S, np.float32)
+            call(h, {"x": host_emu.EmuArray(x), "y": host_emu.EmuArray(y)}, float(k + 1), 0.0)
+            if not np.allclose(y, (k + 1) * np.maximum(x, 0), rtol=1e-6):
+                errors.append((k, i))
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+
+
+def test_bad_input_is_still_bad_param_after_caching(emu, rng):
+    import host_emu
+    h = emu.handle()
+    ad, xd, zd = _act(rng), tdesc(S), tdesc((2, 8, 5, 7))
+    x, y = np.ones(S, np.float32), np.zeros(S, np.float32)
+    cc.cudnnActivationForward(h, ad, 1.0, xd, host_emu.EmuArray(x), 0.0, xd, host_emu.EmuArray(y))
+    cc.cudnnActivationForward(h, ad, 1.0, xd, host_emu.EmuArray(x), 0.0, xd, host_emu.EmuArray(y))  # the record
+    cases = [
+        (lambda: cc.cudnnActivationForward(h, ad, 1.0, xd, host_emu.EmuArray(x[:1]), 0.0, xd, host_emu.EmuArray(y)),
+         "x", "bytes"),
+        (lambda: cc.cudnnActivationForward(h, ad, 1.0, xd, host_emu.EmuArray(x.astype(np.float16)), 0.0, xd,
+                                           host_emu.EmuArray(y)), "x", "dtype"),
+        (lambda: cc.cudnnActivationForward(h, ad, 1.0, xd, None, 0.0, xd, host_emu.EmuArray(y)), "x", "NULL"),
+        (lambda: cc.cudnnActivationForward(h, ad, 1.0, xd, host_emu.EmuArray(x), 0.0, zd, host_emu.EmuArray(y)),
+         "yDesc", "dims"),
+        (lambda: cc.cudnnActivationForward(h, ad, "a", xd, host_emu.EmuArray(x), 0.0, xd, host_emu.EmuArray(y)),
+         "alpha", ""),
+    ]
+    for fn, arg, words in cases:
+        with pytest.raises(cc.CuDNNError) as e:
+            fn()
+        assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM, e.value
+        assert arg in str(e.value) and words in str(e.value), e.value
+    # a descriptor re-set after caching is checked again; a destroyed one is BAD_PARAM
+    cc.cudnnSetTensor4dDescriptor(xd, cc.CUDNN_TENSOR_NCHW, F32, 2, 8, 5, 7)
+    with pytest.raises(cc.CuDNNError, match="yDesc"):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, host_emu.EmuArray(np.ones(560, np.float32)), 0.0, tdesc(S),
+                                  host_emu.EmuArray(y))
+    cc.cudnnDestroyActivationDescriptor(ad)
+    with pytest.raises(cc.CuDNNError, match="destroyed"):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, host_emu.EmuArray(x), 0.0, xd, host_emu.EmuArray(y))
+
+
+def test_memo_does_not_grow_with_descriptors_made_per_call(rng):
+    """A program that creates its descriptors per call: one memo entry per settings, not per object."""
+    from cudnn_compat import activation, _memo
+    _memo.clear_all()
+    h = cc.cudnnCreate("cpu")
+    ad = _act(rng)
+    x, y = np.ones(S, np.float32), np.zeros(S, np.float32)
+    for _ in range(50):
+        d = tdesc(S)
+        cc.cudnnActivationForward(h, ad, 1.0, d, x, 0.0, d, y)
+        cc.cudnnDestroyTensorDescriptor(d)
+    assert len(activation._FWD) == 1
+
+
+def test_memo_entries_are_per_settings(rng):
+    """The same descriptor objects re-set between calls: each call is checked for its settings."""
+    h = cc.cudnnCreate("cpu")
+    ad, xd, yd = _act(rng), tdesc(S), tdesc(S)
+    x, y = np.ones(S, np.float32), np.zeros(S, np.float32)
+    cc.cudnnActivationForward(h, ad, 1.0, xd, x, 0.0, yd, y)
+    cc.cudnnSetTensor4dDescriptor(yd, cc.CUDNN_TENSOR_NCHW, F32, 2, 8, 6, 5)
+    with pytest.raises(cc.CuDNNError, match="must equal"):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, x, 0.0, yd, y)
+    cc.cudnnSetTensor4dDescriptor(yd, cc.CUDNN_TENSOR_NCHW, F32, *S)
+    cc.cudnnActivationForward(h, ad, 2.0, xd, x, 0.0, yd, y)
+    assert np.all(y == 2.0)
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_IDENTITY, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    with pytest.raises(cc.CuDNNError, match="ConvolutionBiasActivationForward"):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, x, 0.0, yd, y)
+
+
+# -- the device ----------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpu_cached_calls_give_the_reference_numbers(case, rng):
+    """Every family of the host-cost benchmark, twice on the device (the second call through its
+    launch record where the plan has one), against the reference engine."""
+    import cupy
+    h = cc.cudnnCreate("gpu")
+
+    def place_call(call, bufs, alpha, beta):
+        dev = {k: cupy.asarray(v) for k, v in bufs.items()}
+        call(h, dev, alpha, beta)
+        cupy.cuda.get_current_stream().synchronize()
+        return {k: cupy.asnumpy(v) for k, v in dev.items()}
+    for ref, got in run_twice(place_call, case, rng):
+        assert_close(ref, got, tol=1e-4)
+    plan = cc._call.last_plan()
+    if plan.engine == "cupy" and plan.launch_mode == "record":
+        assert len(plan._path.records) == 1 and plan.fast is not None
+
+
+@pytest.mark.gpu
+def test_gpu_record_launches_on_the_handle_stream(rng):
+    import cupy
+    from _backend.engines.cupy_engine import runtime
+    h = cc.cudnnCreate("gpu")
+    ins, outs, call = case_softmax_fwd(rng)
+    s = cupy.cuda.Stream(non_blocking=True)
+    cc.cudnnSetStream(h, s)
+    bufs = _f32({**ins, **outs})
+    dev = {k: cupy.asarray(v) for k, v in bufs.items()}
+    cupy.cuda.Device().synchronize()
+    for i in range(3):
+        call(h, dev, 1.0, 0.0)
+    plan = cc._call.last_plan()
+    assert plan.launch_mode == "record" and all(k[0] == s.ptr for k in plan._path.records)
+    n0 = runtime.LAUNCHES[0]
+    call(h, dev, 2.0, 0.0)
+    assert runtime.LAUNCHES[0] > n0
+    s.synchronize()
+    ref = {k: v.copy() for k, v in bufs.items()}
+    call(cc.cudnnCreate("cpu"), ref, 2.0, 0.0)
+    np.testing.assert_allclose(cupy.asnumpy(dev["y"]), ref["y"], rtol=1e-5, atol=1e-6)
