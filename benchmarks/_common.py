@@ -54,7 +54,7 @@ def meta(**extra) -> dict:
             out[mod] = None
     try:
         repo_on_path()
-        from _backend.engines.cudnn_engine import lib as nlib
+        from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
         out["libcudnn"] = nlib.info()
     except Exception as e:  # noqa: BLE001
         out["libcudnn"] = f"unavailable: {type(e).__name__}"

@@ -35,7 +35,7 @@ import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then
 import cupy  # noqa: E402
 
 import cudnn_compat as cc  # noqa: E402
-from _backend import legacy_cudnn as L  # noqa: E402
+from cudnn_compat._backend import legacy_cudnn as L  # noqa: E402
 
 LAYERS = [  # name, C, K, HW, R, pad, stride
     ("3x3 64@56", 64, 64, 56, 3, 1, 1),
@@ -137,7 +137,7 @@ def last_plan():
 
 def plan_only(plan, pb: Problem, direction):
     """plan.execute with a prebuilt variant pack: the engine's own per-call cost."""
-    from _backend.engines.base import VariantPack
+    from cudnn_compat._backend.engines.base import VariantPack
     bufs = (pb.x, pb.w, pb.y)  # uids 1, 2, 3 of cudnn_compat.cnn graphs
     data = {}
     for t in plan.graph.external_inputs() + plan.graph.external_outputs():
@@ -359,7 +359,7 @@ def bench_host(args, out):
             out[key.replace("_us", "_error")] = f"{type(e).__name__}: {e}"[:300]
     out["calls"] = n
     try:
-        from _backend.engines.cudnn_engine import plan as nplan
+        from cudnn_compat._backend.engines.cudnn_engine import plan as nplan
         out["cudnn_graph_stats"] = dict(nplan.STATS)
     except Exception:  # noqa: BLE001
         pass
@@ -433,7 +433,7 @@ def main():
     skip = set(filter(None, args.skip.split(",")))
     dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
-    from _backend.engines.cudnn_engine import lib as nlib
+    from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
     meta = dict(device=name, libcudnn=nlib.info(), torch=torch.__version__, torch_cudnn=torch.backends.cudnn.version(),
                 cupy=cupy.__version__, batch=args.batch, iters=args.iters, time=time.strftime("%Y-%m-%d %H:%M:%S"))
     print(json.dumps(meta), flush=True)

@@ -41,7 +41,7 @@ import torch.nn.functional as F  # noqa: E402
 import cupy  # noqa: E402
 
 import cudnn_compat as cc  # noqa: E402
-from _backend import legacy_cudnn as L  # noqa: E402
+from cudnn_compat._backend import legacy_cudnn as L  # noqa: E402
 
 STAGES = [(64, 56), (128, 28), (256, 14), (512, 7)]
 ALGO = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
@@ -279,7 +279,7 @@ def main():
     torch.backends.cudnn.benchmark = True
     dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
-    from _backend.engines.cudnn_engine import lib as nlib
+    from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
     meta = dict(device=name, libcudnn=nlib.info(), torch=torch.__version__, cupy=cupy.__version__, batch=args.batch,
                 iters=args.iters, reps=args.reps, dtype="float16", layout="NHWC",
                 time=time.strftime("%Y-%m-%d %H:%M:%S"))

@@ -42,7 +42,7 @@ import torch.nn.functional as F  # noqa: E402
 import cupy  # noqa: E402
 
 import cudnn_compat as cc  # noqa: E402
-from _backend import legacy_cudnn as L  # noqa: E402
+from cudnn_compat._backend import legacy_cudnn as L  # noqa: E402
 
 _vp, _int, _dbl = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
 EXTRA_PROTOTYPES = {  # legacy functions legacy_cudnn.py does not declare
@@ -422,7 +422,7 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.iters, args.reps = 5, 3
-    from _backend.engines.cupy_engine import bn, rowops
+    from cudnn_compat._backend.engines.cupy_engine import bn, rowops
     rng = np.random.default_rng(0)
     h = cc.cudnnCreate("gpu")
     lh = L.Handle()

@@ -33,8 +33,8 @@ import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then
 import cupy  # noqa: E402
 
 import cudnn_compat as cc  # noqa: E402
-from _backend import legacy_cudnn as L  # noqa: E402
-from _backend.legacy_cudnn_rnn import RealRNN  # noqa: E402
+from cudnn_compat._backend import legacy_cudnn as L  # noqa: E402
+from cudnn_compat._backend.legacy_cudnn_rnn import RealRNN  # noqa: E402
 
 T, B, H, LAYERS = 100, 64, 512, 2
 CONFIGS = [("LSTM fp32", "float32", "DEFAULT_MATH"), ("LSTM fp16", "float16", "TENSOR_OP_MATH")]
@@ -167,7 +167,7 @@ def main():
             "cupy": cupy.__version__, "shape": {"T": T, "B": B, "input": H, "hidden": H, "layers": LAYERS},
             "iters": args.iters, "reps": args.reps, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
-        from _backend.engines.cudnn_engine import lib as cl
+        from cudnn_compat._backend.engines.cudnn_engine import lib as cl
         meta["libcudnn_version"] = int(cl.load().cudnnGetVersion())
     except Exception as e:  # report, do not fail the benchmark
         meta["libcudnn_version"] = f"unknown ({e})"

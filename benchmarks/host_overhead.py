@@ -50,8 +50,8 @@ def _setup_path(root):
 
 
 def _noop_engine():
-    from _backend import heuristics
-    from _backend.engines.base import REGISTRY, Engine, ExecutionPlan
+    from cudnn_compat._backend import heuristics
+    from cudnn_compat._backend.engines.base import REGISTRY, Engine, ExecutionPlan
 
     class NoopPlan(ExecutionPlan):
         def execute(self, pack, stream=None):
@@ -90,7 +90,7 @@ class Legacy:
     """The real legacy calls on the same tiny problems (buffers of their own, same shapes)."""
 
     def __init__(self):
-        from _backend import legacy_cudnn as L
+        from cudnn_compat._backend import legacy_cudnn as L
         self.L = L
         self.lib = L.load()
         for name, args in EXTRA_PROTOTYPES.items():
@@ -372,7 +372,7 @@ def make_calls(place: str, only=()):
                                                   wsize, rw, rws_size, rws_, 0, None)
     if leg:
         try:
-            from _backend.legacy_cudnn_rnn import RealRNN
+            from cudnn_compat._backend.legacy_cudnn_rnn import RealRNN
             real = RealRNN(leg.h, "LSTM", 1, 1, HID, HID, T, [T] * B)
             lrx, lry = buf(T * B * HID), buf(T * B * HID, fill=0.0)
             lh = [buf(B * HID, fill=0.0) for _ in range(4)]

@@ -18,8 +18,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from _backend import dtypes
-from _backend.ir import Operation, OperationGraph, Tensor, packed_strides
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides
 from . import _call
 from .errors import bad_param
 

@@ -13,9 +13,9 @@ import threading
 
 import numpy as np
 
-from _backend import planner
+from cudnn_compat._backend import planner
 from . import _fastbind
-from _backend.ir import Operation, scalar as scalar_tensor, virtual
+from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor, virtual
 from ._data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_pointer, host_view, layout
 from ._data import workspace_arg as _workspace_arg
 

@@ -30,7 +30,7 @@ import numbers
 
 import numpy as np
 
-from _backend import dtypes
+from cudnn_compat._backend import dtypes
 from ._descriptor import Descriptor
 from .errors import bad_param
 

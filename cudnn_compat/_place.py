@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from _backend import config as _config
+from cudnn_compat._backend import config as _config
 
 
 @functools.lru_cache(maxsize=None)

@@ -46,7 +46,7 @@ import operator
 
 import numpy as np
 
-from _backend.ir import GraphError
+from cudnn_compat._backend.ir import GraphError
 from ._descriptor import Descriptor
 from ._signatures import SIGNATURES
 from .errors import STATUS, CuDNNError, bad_param

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from _backend import dtypes
-from _backend.ir import OperationGraph
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import not_library_object, same_buffer, scalar
 from ._descriptor import Descriptor, resolve

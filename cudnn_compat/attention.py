@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from _backend import dtypes
+from cudnn_compat._backend import dtypes
 from . import _bound_graph as bg
 from ._call import compute_dtype
 from ._data import preflight

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from _backend import planner
-from _backend.engines.base import EngineDeclined
-from _backend.heuristics import get_engine_configs
-from _backend.ir import GraphError, OperationGraph
+from cudnn_compat._backend import planner
+from cudnn_compat._backend.engines.base import EngineDeclined
+from cudnn_compat._backend.heuristics import get_engine_configs
+from cudnn_compat._backend.ir import GraphError, OperationGraph
 from . import backend_attrs as A
 from . import backend_ops as O
 from .backend_ops import INTERNAL_UID_BASE, Lowering, fail

@@ -10,11 +10,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from _backend.dtypes import itemsize
-from _backend.ir import GraphError, Operation, Tensor, scalar as scalar_tensor, virtual
-from _backend.validate import validate_op
-from _backend.validate_conv import ROLES as CONV_ROLES
-from _backend.validate_tensor import POINTWISE_BINARY, POINTWISE_UNARY
+from cudnn_compat._backend.dtypes import itemsize
+from cudnn_compat._backend.ir import GraphError, Operation, Tensor, scalar as scalar_tensor, virtual
+from cudnn_compat._backend.validate import validate_op
+from cudnn_compat._backend.validate_conv import ROLES as CONV_ROLES
+from cudnn_compat._backend.validate_tensor import POINTWISE_BINARY, POINTWISE_UNARY
 from . import backend_attrs as A
 from .enums import ENUMS, name_of
 from .errors import CUDNN_STATUS_BAD_PARAM as BAD, CUDNN_STATUS_NOT_SUPPORTED as NOT_SUP

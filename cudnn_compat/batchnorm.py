@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numbers
 
-from _backend.ir import Operation, OperationGraph, Tensor, scalar as scalar_tensor, virtual
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, scalar as scalar_tensor, virtual
 from ._call import ALPHA, BETA, Y_PRIOR_OFFSET, blend, compute_dtype, plan_for, run
 from ._data import preflight, scalar
 from ._memo import Memo, arrays

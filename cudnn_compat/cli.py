@@ -170,7 +170,7 @@ def _libcudnn(dists: "dict | None" = None, load=None, system=_system_libcudnn):
 
 
 def _engines() -> list:
-    from _backend import REGISTRY
+    from cudnn_compat._backend import REGISTRY
     from ._place import default_place
     place = default_place()
     rows = []
@@ -187,8 +187,8 @@ def _engines() -> list:
 
 def _configuration() -> list:
     """Every variable of ``_backend.config``: its raw value, the value used, whether it was understood."""
-    from _backend import config
-    from _backend import REGISTRY
+    from cudnn_compat._backend import config
+    from cudnn_compat._backend import REGISTRY
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", config.ConfigWarning)  # the doctor reports them itself
@@ -205,7 +205,7 @@ def _configuration() -> list:
 
 def doctor_report() -> dict:
     import cudnn_compat as cc
-    from _backend import config
+    from cudnn_compat._backend import config
     from ._place import default_place
     numpy_v, numpy_why = _version_of("numpy")
     cupy_v, cupy_why = _version_of("cupy")

@@ -21,7 +21,7 @@ import operator
 import time
 from dataclasses import dataclass
 
-from _backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virtual
+from cudnn_compat._backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virtual
 from . import _call
 from ._call import ALPHA, BETA, blend, compute_dtype
 from ._conv_algos import (CuDNNAlgoPerf, INT8_CONFIGS, Layout, MIXED_DTYPES, NON_DETERMINISTIC, PREFERENCE,

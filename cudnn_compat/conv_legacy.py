@@ -36,8 +36,8 @@ import itertools
 import math
 import numbers
 
-from _backend import dtypes
-from _backend.ir import OperationGraph, Tensor
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import OperationGraph, Tensor
 from . import cnn, tensor, transform
 from ._call import run
 from ._data import bind

@@ -29,8 +29,8 @@ import ctypes
 
 import numpy as np
 
-import _backend.validate  # noqa: F401  (registers the CTCLoss op kind)
-from _backend import dtypes
+import cudnn_compat._backend.validate  # noqa: F401  (registers the CTCLoss op kind)
+from cudnn_compat._backend import dtypes
 from . import _bound_graph as bg
 from ._data import POINTER_MIN, extent_bytes, library_object, preflight, raw_address, read_host
 from ._descriptor import Descriptor, resolve

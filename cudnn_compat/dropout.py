@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from _backend.ir import Tensor, packed_strides
+from cudnn_compat._backend.ir import Tensor, packed_strides
 from . import _bound_graph as bg
 from ._call import run
 from ._data import _CUPY_NDARRAY, preflight

@@ -56,8 +56,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from _backend import dtypes
-from _backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar as scalar_tensor, virtual
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar as scalar_tensor, virtual
 from . import batchnorm as bn
 from . import cnn
 from ._call import ALPHA, Y_PRIOR_OFFSET, compute_dtype, plan_for, run

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from _backend import planner
-from _backend.heuristics import ORDER, engine_order, forced_engine
-from _backend.ir import GraphError, Operation, OperationGraph, Tensor
+from cudnn_compat._backend import planner
+from cudnn_compat._backend.heuristics import ORDER, engine_order, forced_engine
+from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tensor
 from . import _call, _registry, trace as _trace
 from ._data import _host_view, bind, device_pointer, dtype_ok, extent_bytes
 from .errors import CuDNNError, bad_param

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from _backend.ir import Operation, OperationGraph, virtual
+from cudnn_compat._backend.ir import Operation, OperationGraph, virtual
 from ._call import ALPHA, BETA, blend, blended, compute_dtype, run
 from ._data import same_buffer, scalar
 from ._descriptor import Descriptor, resolve

@@ -17,7 +17,7 @@ Rules (002 §3.2.68 Returns, with the statuses libcudnn 9.19 gave for the cases 
 """
 from __future__ import annotations
 
-from _backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virtual
+from cudnn_compat._backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virtual
 from ._call import ALPHA, BETA, blend, run
 from ._data import same_buffer, scalar
 from ._descriptor import Descriptor, resolve

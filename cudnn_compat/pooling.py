@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import numbers
 
-from _backend.ir import OperationGraph
+from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import POINTER_MIN, scalar
 from ._descriptor import Descriptor, resolve

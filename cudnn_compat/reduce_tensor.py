@@ -21,7 +21,7 @@ reference engine).
 """
 from __future__ import annotations
 
-from _backend.ir import Operation, OperationGraph, Tensor, packed_strides, virtual
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, virtual
 from ._call import ALPHA, BETA, blend, plan_for, run
 from ._data import scalar
 from ._descriptor import Descriptor, resolve

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from _backend import dtypes as _dtypes
+from cudnn_compat._backend import dtypes as _dtypes
 from . import _call
 from ._descriptor import Descriptor
 from .errors import CuDNNError
@@ -565,7 +565,7 @@ class LegacySession:
 
     def __enter__(self):
         try:
-            from _backend import legacy_cudnn as L
+            from cudnn_compat._backend import legacy_cudnn as L
             L.load()
         except Exception as e:  # noqa: BLE001 - no libcudnn, no CUDA
             raise RuntimeError(f"engine legacy needs libcudnn: {type(e).__name__}: {e}") from None

@@ -45,9 +45,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from _backend import dtypes
-from _backend.ir import Tensor
-from _backend.math_policy import allow_tf32
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import Tensor
+from cudnn_compat._backend.math_policy import allow_tf32
 from . import _bound_graph as bg
 from ._data import preflight
 from .dropout import rng_op

@@ -17,8 +17,8 @@ import ctypes
 import math
 import numbers
 
-from _backend import dtypes
-from _backend.ir import packed_strides
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import packed_strides
 from . import _bound_graph as bg
 from ._registry import legacy
 from ._data import library_object, raw_address, read_host

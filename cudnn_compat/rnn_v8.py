@@ -10,8 +10,8 @@ or DOUBLE data with a persistent algo (002 lists both).
 """
 from __future__ import annotations
 
-from _backend import dtypes
-from _backend.ir import packed_strides
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import packed_strides
 from . import _bound_graph as bg
 from ._registry import legacy
 from .dropout import require_states

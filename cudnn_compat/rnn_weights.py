@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from _backend import dtypes
-from _backend.ir import packed_strides
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import packed_strides
 from . import _bound_graph as bg
 from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
 from .handle import get_handle

@@ -13,7 +13,7 @@ import os
 import runpy
 import sys
 
-from _backend import config as _config
+from cudnn_compat._backend import config as _config
 
 USAGE = "usage: python -m cudnn_compat.run [--allow-stub] (script.py | -m module) [args...]"
 

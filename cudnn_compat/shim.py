@@ -43,7 +43,7 @@ import sys
 import types
 import warnings
 
-from _backend import config as _config
+from cudnn_compat._backend import config as _config
 
 LOW = ("cupy.cuda.cudnn", "cupy_backends.cuda.libs.cudnn")
 HIGH = ("cupyx.cudnn",)
@@ -55,7 +55,7 @@ PTH_NAME = "cudnn_compat_shim.pth"
 # runs at every interpreter start: one environment lookup unless the variable is set; its value is
 # then parsed by _backend.config like every other (1|on|true|yes, stub; 0|off|false|no: nothing)
 PTH_LINE = ("import os; os.environ.get('CUDNN_COMPAT_SHIM', '').strip() and "
-            "__import__('_backend.config').config.get('CUDNN_COMPAT_SHIM') != 'off' and "
+            "__import__('cudnn_compat._backend.config')._backend.config.get('CUDNN_COMPAT_SHIM') != 'off' and "
             "__import__('cudnn_compat.shim').shim.install_import_hook()\n")
 
 _installed: dict = {}  # what the last install changed: {"modules": {name: previous or None}, "attrs": [...]}

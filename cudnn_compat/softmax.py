@@ -8,7 +8,7 @@ Modes: INSTANCE reduces over every dim but N (C, H, W... per image), CHANNEL ove
 """
 from __future__ import annotations
 
-from _backend.ir import OperationGraph
+from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import same_buffer, scalar
 from ._memo import Memo

@@ -25,8 +25,8 @@ from functools import lru_cache
 
 import numpy as np
 
-import _backend.validate  # noqa: F401  (registers the sampler op kinds)
-from _backend.ir import Operation
+import cudnn_compat._backend.validate  # noqa: F401  (registers the sampler op kinds)
+from cudnn_compat._backend.ir import Operation
 from . import _bound_graph as bg
 from ._call import compute_dtype
 from ._data import scalar

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 
-from _backend.ir import Tensor
+from cudnn_compat._backend.ir import Tensor
 from ._descriptor import Descriptor, resolve
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of

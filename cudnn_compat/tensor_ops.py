@@ -3,7 +3,7 @@
 cudnnReduceTensor in reduce_tensor.py (imported at the end, so this family registers all three)."""
 from __future__ import annotations
 
-from _backend.ir import Operation, scalar as scalar_tensor
+from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor
 from ._call import ALPHA, BETA, blend, compute_dtype, run
 from ._data import same_buffer, scalar
 from ._memo import Memo
@@ -40,7 +40,7 @@ def addTensor(handle, alpha, aDesc, A_data, beta, cDesc, C_data) -> None:
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
     def build():
-        from _backend.ir import OperationGraph
+        from cudnn_compat._backend.ir import OperationGraph
         at, ct = ad.ir(A, "A"), cd.ir(C, "C")
         return OperationGraph([blend(at, ct, b == 0)], "AddTensor")
 
@@ -55,7 +55,7 @@ def setTensor(handle, yDesc, y, valuePtr) -> None:
     v = scalar(valuePtr, "valuePtr", yd.dtype == "float64")
 
     def build():
-        from _backend.ir import OperationGraph
+        from cudnn_compat._backend.ir import OperationGraph
         val = scalar_tensor(ALPHA, compute_dtype(yd.dtype), "value")
         return OperationGraph([Operation("Pointwise", {"x": val}, {"y": yd.ir(C, "y")}, {"mode": "IDENTITY"})], "SetTensor")
 
@@ -70,7 +70,7 @@ def scaleTensor(handle, yDesc, y, alpha) -> None:
     a = scalar(alpha, "alpha", yd.dtype == "float64")
 
     def build():
-        from _backend.ir import OperationGraph
+        from cudnn_compat._backend.ir import OperationGraph
         yt = yd.ir(C, "y")
         prior = type(yt)(A, yt.dims, yt.strides, yt.dtype, name="y_prior")
         alpha_t = scalar_tensor(ALPHA, compute_dtype(yd.dtype), "alpha")
@@ -94,7 +94,7 @@ def transformTensor(handle, alpha, xDesc, x, beta, yDesc, y) -> None:
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
     def build():
-        from _backend.ir import OperationGraph
+        from cudnn_compat._backend.ir import OperationGraph
         return OperationGraph([blend(xd.ir(A, "x"), yd.ir(C, "y"), b == 0)], "TransformTensor")
 
     run(h, ("TransformTensor", xd.key(), yd.key(), b == 0), build, {A: (x, "x"), C: (y, "y")}, {ALPHA: a, BETA: b})

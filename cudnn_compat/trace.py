@@ -43,8 +43,8 @@ import zipfile
 
 import numpy as np
 
-from _backend import config as _config
-from _backend.heuristics import ORDER, forced_engine
+from cudnn_compat._backend import config as _config
+from cudnn_compat._backend.heuristics import ORDER, forced_engine
 from . import _call, _registry
 from ._data import POINTER_MIN, extent_bytes, raw_address
 from ._descriptor import Descriptor

@@ -39,8 +39,8 @@ import numbers
 
 import numpy as np
 
-from _backend import dtypes
-from _backend.ir import Operation, OperationGraph, Tensor, virtual
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, virtual
 from ._call import ALPHA, BETA, blend, compute_dtype, run
 from ._data import POINTER_MIN, bind, extent_bytes, same_buffer, scalar
 from ._descriptor import Descriptor, resolve

@@ -1,5 +1,13 @@
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+# Python subprocesses the tests start import this checkout's cudnn_compat, installed or not
+# (``python -m pytest`` from the repository root imports it from there in-process too).
+_ROOT = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 import cudnn_compat as cc
 from cudnn_compat._place import gpu_reason

@@ -22,8 +22,8 @@ import types
 import numpy as np
 
 import kernel_emu
-from _backend.engines import cupy_engine
-from _backend.engines.cupy_engine import runtime
+from cudnn_compat._backend.engines import cupy_engine
+from cudnn_compat._backend.engines.cupy_engine import runtime
 
 
 class _Unowned:
@@ -227,7 +227,7 @@ class Emu:
             sys.modules.pop("cupy", None)
         else:
             sys.modules["cupy"] = self._mod_saved
-        from _backend.plan_cache import CACHE
+        from cudnn_compat._backend.plan_cache import CACHE
         CACHE.clear()
 
 

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend import dtypes
-from _backend.engines.base import EngineConfig, VariantPack
-from _backend.engines.cupy_engine import ENGINE, bn, runtime
-from _backend.engines.cupy_engine.rowops import BnRun, RowRun
-from _backend.engines.cupy_engine.steps import KernelRun
-from _backend.engines.reference import ReferencePlan
-from _backend.ir import Operation, OperationGraph
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.engines.base import EngineConfig, VariantPack
+from cudnn_compat._backend.engines.cupy_engine import ENGINE, bn, runtime
+from cudnn_compat._backend.engines.cupy_engine.rowops import BnRun, RowRun
+from cudnn_compat._backend.engines.cupy_engine.steps import KernelRun
+from cudnn_compat._backend.engines.reference import ReferencePlan
+from cudnn_compat._backend.ir import Operation, OperationGraph
 from test_kernel_sources import ALPHA, BETA, _host, _nvrtc, bn_graphs, one, ten
 
 # -- CPU: layouts ---------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend.engines.base import REGISTRY
-from _backend.engines.reference import ReferenceEngine, ReferencePlan
+from cudnn_compat._backend.engines.base import REGISTRY
+from cudnn_compat._backend.engines.reference import ReferenceEngine, ReferencePlan
 from conftest import tdesc
 from conv_util import CONV, DOUBLE, FLOAT, NCHW, cdesc, fdesc, out_shape, ref_bwd_data, ref_bwd_filter, ref_conv
 

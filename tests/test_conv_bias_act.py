@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend.plan_cache import CACHE
+from cudnn_compat._backend.plan_cache import CACHE
 from conftest import tdesc
 from conv_util import CONV, CROSS, DOUBLE, FLOAT, HALF, cdesc, fdesc, out_shape, ref_conv
 

@@ -155,7 +155,7 @@ def test_repeated_forward_is_a_cache_hit_and_algo_is_in_the_key(handle, rng):
 
 
 def test_conv_op_attrs_record_the_call(handle, rng):
-    from _backend.plan_cache import CACHE
+    from cudnn_compat._backend.plan_cache import CACHE
     case = ((1, 4, 6, 6), (4, 2, 3, 3), (1, 2), (2, 1), (1, 2), 2)
     forward(handle, rng.standard_normal(case[0]), rng.standard_normal(case[1]), case, CONV, algo=IMPLICIT_GEMM)
     ops = [p.graph.ops[0] for p in CACHE._d.values()

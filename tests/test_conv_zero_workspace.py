@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend.engines.base import EngineConfig
-from _backend.engines.cudnn_engine import configs as cfgsel
+from cudnn_compat._backend.engines.base import EngineConfig
+from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
 from cudnn_compat import _conv_algos as A
 from cudnn_compat import cupyx_cudnn as X
 from conv_util import ref_bwd_data, ref_bwd_filter, ref_conv
@@ -189,7 +189,7 @@ def test_get_and_find_list_a_zero_workspace_algorithm_that_runs_with_null_worksp
 
 
 def test_the_designated_conv_op_is_marked_and_no_other(handle, rng):
-    from _backend import planner
+    from cudnn_compat._backend import planner
     case = CASES[0]
     cd, xd, wd, yd, x, w, dy, ys = _setup(handle, case, rng)
     graphs, orig = [], planner.make_plan

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend import dtypes
-from _backend.engines.base import REGISTRY, EngineConfig
-from _backend.engines.cudnn_engine import configs as cfgsel
-from _backend.engines.cudnn_engine import lib as nlib
-from _backend.engines.cudnn_engine.graph import Decline, candidates, translate
-from _backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar, virtual
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.engines.base import REGISTRY, EngineConfig
+from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
+from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
+from cudnn_compat._backend.engines.cudnn_engine.graph import Decline, candidates, translate
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar, virtual
 from cudnn_compat._call import blended
 
 ALPHA, BETA, ALPHA2 = 9001, 9002, 9003
@@ -364,7 +364,7 @@ def fake_cudnn(monkeypatch):
     CUDA runtime: returns (plan, executes [(handle, plan ptr, variant pack ptr)], fallbacks); an
     execute during a capture goes to ``plan.rt.captured`` instead."""
     import types
-    from _backend.engines.cudnn_engine import plan as plan_mod
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
     executes, fallbacks = [], []
     _FakeDesc.made, _FakeDesc.destroyed = [], []
     rt = _FakeRuntime()
@@ -412,12 +412,12 @@ def fake_cudnn(monkeypatch):
 
 
 def _pack(x, w, y, alpha=1.0, beta=1.0, prior=None):
-    from _backend.engines.base import VariantPack
+    from cudnn_compat._backend.engines.base import VariantPack
     return VariantPack({1: x, 2: w, 3: y, 5003: y if prior is None else prior, ALPHA: alpha, BETA: beta})
 
 
 def test_cached_path_reuses_packs_lru_and_picks_subplans_by_scalars(fake_cudnn):
-    from _backend.engines.cudnn_engine import plan as plan_mod
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
     plan, executes, _ = fake_cudnn
     plan._cuda_graphs = None  # CUDA graph replay off: every call executes (see the next test)
     packs = lambda: [d for d in _FakeDesc.made if d.kind == "VARIANT_PACK"]  # noqa: E731
@@ -479,7 +479,7 @@ def test_cuda_graph_replay_captures_the_second_identical_call(fake_cudnn):
 
 
 def test_cuda_graph_capture_failure_falls_back_to_executing(fake_cudnn, monkeypatch):
-    from _backend.engines.cudnn_engine import plan as plan_mod
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
     plan, executes, _ = fake_cudnn
     plan.rt.fail_capture = True
     before = plan_mod.STATS["capture_failures"]
@@ -493,7 +493,7 @@ def test_cuda_graph_capture_failure_falls_back_to_executing(fake_cudnn, monkeypa
 
 
 def test_cuda_graphs_off_by_env_or_with_by_value_scalars(fake_cudnn, monkeypatch):
-    from _backend.engines.cudnn_engine import plan as plan_mod
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
     plan, _executes, _ = fake_cudnn
     assert plan._cuda_graphs is not None
     base = _FakeDesc("EXECUTION_PLAN")
@@ -523,7 +523,7 @@ def types_stream(ptr):
 
 @pytest.mark.parametrize("case", ["misaligned", "prior_not_y"])
 def test_cached_path_declines_before_executing(fake_cudnn, case):
-    from _backend.engines.base import EngineDeclined
+    from cudnn_compat._backend.engines.base import EngineDeclined
     plan, executes, fallbacks = fake_cudnn
     plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
     pack = _pack(0x1000 + 2, 0x2000, 0x3000) if case == "misaligned" else _pack(0x1000, 0x2000, 0x3000, prior=0x4000)
@@ -645,7 +645,7 @@ def _run_direction(h, direction, xp, descs, bufs, alpha, beta):
 def _run_legacy_real(direction, case, dtype, layout, math, host, alpha, beta):
     """The same call on the real legacy libcudnn (best Get_v7 algo); returns the output (host)."""
     import cupy
-    from _backend import legacy_cudnn as L
+    from cudnn_compat._backend import legacy_cudnn as L
     xd, wd, yd = _problem(case)
     lh, ds = _legacy_handle(), L.Descs()
     try:
@@ -675,7 +675,7 @@ _LEGACY = {}
 
 
 def _legacy_handle():
-    from _backend import legacy_cudnn as L
+    from cudnn_compat._backend import legacy_cudnn as L
     if "h" not in _LEGACY:
         _LEGACY["h"] = L.Handle()
     return _LEGACY["h"]
@@ -701,7 +701,7 @@ def test_conv_matches_legacy_cudnn_and_reference(direction, dtype, layout, case,
     host = [_host(rng.standard_normal(int(np.prod(d))) * 0.5, dtype) for d in dims]
     prior = host[out_i].copy() if beta else _host(np.full(int(np.prod(dims[out_i])), np.nan), dtype)
     host[out_i] = prior
-    from _backend.legacy_cudnn import LegacyError
+    from cudnn_compat._backend.legacy_cudnn import LegacyError
     try:
         want_legacy = _run_legacy_real(direction, c, dtype, layout, "CUDNN_DEFAULT_MATH", host, alpha, beta)
     except LegacyError as e:  # the real library cannot run it either: compare with the reference only
@@ -769,7 +769,7 @@ def test_fma_math_gives_fp32_accuracy_without_tensor_cores(rng):
 def test_conv_bias_activation_is_one_fused_plan(dtype, layout, use_z, relu, rng):
     import ctypes
     import cupy
-    from _backend import legacy_cudnn as L
+    from cudnn_compat._backend import legacy_cudnn as L
     c = CASES["3x3"]
     xd, wd, yd = _problem(c)
     bd = (1, c["K"], 1, 1)
@@ -833,8 +833,8 @@ def test_conv_bias_activation_is_one_fused_plan(dtype, layout, use_z, relu, rng)
 @gpu
 def test_matmul_with_bias_relu_epilogue(rng):
     import cupy
-    from _backend import planner
-    from _backend.engines.base import VariantPack
+    from cudnn_compat._backend import planner
+    from cudnn_compat._backend.engines.base import VariantPack
     g = matmul_bias_relu_graph(3)
     plan = planner.make_plan(g, "gpu", forced="cudnn")
     assert plan.engine == "cudnn"
@@ -852,8 +852,8 @@ def test_matmul_with_bias_relu_epilogue(rng):
 def test_declined_graph_runs_on_the_next_engine_with_the_reason_logged(caplog):
     import logging
     import cupy
-    from _backend import planner
-    from _backend.engines.base import VariantPack
+    from cudnn_compat._backend import planner
+    from cudnn_compat._backend.engines.base import VariantPack
     x, y = T(1, (2, 4, 3, 3), "float32"), T(2, (2, 4, 3, 3), "float32")
     g = OperationGraph([Operation("Softmax", {"x": x}, {"y": y}, {"algorithm": "ACCURATE", "axes": (1,)})])
     with caplog.at_level(logging.INFO, logger="cudnn_compat"):
@@ -871,8 +871,8 @@ def test_declined_graph_runs_on_the_next_engine_with_the_reason_logged(caplog):
 @gpu
 def test_cached_path_reuses_variant_packs_and_honours_the_stream(rng):
     import cupy
-    from _backend import planner
-    from _backend.engines.base import VariantPack
+    from cudnn_compat._backend import planner
+    from cudnn_compat._backend.engines.base import VariantPack
     g = conv_graph(beta_zero=False, dtype="float16")
     plan = planner.make_plan(g, "gpu", forced="cudnn")
     assert plan.engine == "cudnn" and plan.spec.pattern == "conv_blend"
@@ -901,8 +901,8 @@ def test_cached_path_reuses_variant_packs_and_honours_the_stream(rng):
 @gpu
 def test_misaligned_or_unaliased_prior_declines_before_writing(rng):
     import cupy
-    from _backend import planner
-    from _backend.engines.base import EngineDeclined, VariantPack
+    from cudnn_compat._backend import planner
+    from cudnn_compat._backend.engines.base import EngineDeclined, VariantPack
     g = conv_graph(beta_zero=False, dtype="float16")
     plan = planner.make_plan(g, "gpu", forced="cudnn")
     x = cupy.ones((2, 4, 8, 8), np.float16)
@@ -920,7 +920,7 @@ def test_misaligned_or_unaliased_prior_declines_before_writing(rng):
 
 @gpu
 def test_mode_b_lists_native_configs_with_notes_and_knobs():
-    from _backend.heuristics import get_engine_configs
+    from cudnn_compat._backend.heuristics import get_engine_configs
     g = conv_graph(beta_zero=True, dtype="float16")
     pairs, _ = get_engine_configs(g, "gpu", "B", forced="cudnn")
     cfgs = [c for _, c in pairs]
@@ -933,7 +933,7 @@ def test_mode_b_lists_native_configs_with_notes_and_knobs():
 
 @gpu
 def test_mode_a_autotunes_the_first_configs(rng, monkeypatch):
-    from _backend import planner
+    from cudnn_compat._backend import planner
     monkeypatch.setenv("CUDNN_COMPAT_CUDNN_AUTOTUNE", "4")
     dims = (8, 64, 28, 28)
     x = Tensor(1, dims, _strides(dims, "NHWC"), "float16")
@@ -977,7 +977,7 @@ import json, sys
 import numpy as np
 import cupy
 import cudnn_compat as cc
-from _backend.engines.cudnn_engine import autotune
+from cudnn_compat._backend.engines.cudnn_engine import autotune
 
 h = cc.cudnnCreate("gpu")
 xs, ws = (8, 64, 28, 28), (64, 64, 3, 3)
@@ -1054,7 +1054,7 @@ def test_repeated_calls_replay_a_cuda_graph_on_the_current_data(direction, dtype
     on its second run and replayed after; each call's inputs (and prior output, beta != 0) are new
     data in the same buffers, and each result must match the reference engine's."""
     import cupy
-    from _backend.engines.cudnn_engine import plan as plan_mod
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
     c = CASES["stride2"]  # alpha 0.75, beta 0.5: the prior output is read
     alpha, beta = c["ab"]
     dims = _problem(c)
@@ -1096,7 +1096,7 @@ def test_repeated_fused_calls_replay_a_cuda_graph_with_z_aliasing_y(rng):
     """ConvolutionBiasActivationForward (fp16 NHWC, y = relu(0.8 conv + 0.5 y + bias)) five times on the
     same buffers: y accumulates through the replayed graph exactly as through the reference."""
     import cupy
-    from _backend.engines.cudnn_engine import plan as plan_mod
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
     c, dtype = CASES["3x3"], "float16"
     xd, wd, yd = _problem(c)
     bd = (1, c["K"], 1, 1)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend import dtypes
-from _backend.ir import packed_strides
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import packed_strides
 from conftest import tdesc
 from conv_util import cdesc, fdesc
 
@@ -520,7 +520,7 @@ def _plan_of_last_call():
 def test_fused_chain_is_one_kernel(handles, rng):
     """Activation + blend, ReduceTensor + blend, ConvBiasAct's scale/add/bias/relu: one kernel each."""
     import cupy
-    from _backend.engines.cupy_engine import kernel_sources, runtime
+    from cudnn_compat._backend.engines.cupy_engine import kernel_sources, runtime
     hc, hg = handles
     ad = cc.cudnnCreateActivationDescriptor()
     cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_TANH, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)

@@ -866,7 +866,7 @@ def test_add_tensor_and_op_tensor_with_pointers(cpu_place, rng):
 # -- GPU: CuPy arrays through the shim --------------------------------------------------------------------
 
 def _legacy_or_skip():
-    from _backend import legacy_cudnn
+    from cudnn_compat._backend import legacy_cudnn
     try:
         legacy_cudnn.load()
     except Exception as e:  # noqa: BLE001 - no usable libcudnn here

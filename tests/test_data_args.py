@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend.dtypes import bf16_to_f32, f32_to_bf16
+from cudnn_compat._backend.dtypes import bf16_to_f32, f32_to_bf16
 from conftest import tdesc
 
 BAD = cc.CUDNN_STATUS_BAD_PARAM

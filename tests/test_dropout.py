@@ -47,7 +47,7 @@ def drop(handle):
 
 def test_philox_known_answers():
     """Random123 kat_vectors for philox4x32_10, checked on the engine's vectorized generator."""
-    from _backend.engines.reference.rnn import philox4x32_10
+    from cudnn_compat._backend.engines.reference.rnn import philox4x32_10
     cases = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
              ((M32,) * 4, (M32, M32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
              ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),

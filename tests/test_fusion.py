@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend import heuristics
-from _backend.engines.base import REGISTRY
-from _backend.engines.reference import ReferenceEngine
+from cudnn_compat._backend import heuristics
+from cudnn_compat._backend.engines.base import REGISTRY
+from cudnn_compat._backend.engines.reference import ReferenceEngine
 from cudnn_compat import _call, _registry, fusion
 from conftest import tdesc
 from conv_util import ref_conv
@@ -398,7 +398,7 @@ def test_gpu_fusion_matches_and_runs_fewer_kernels(rng, dtype, fmt):
 
 def test_tiny_plan_cache_evicting_plans_between_record_and_flush(monkeypatch, handle, rng):
     """Plans evicted (and released) while their calls wait are rebuilt from the same graphs."""
-    from _backend.plan_cache import CACHE
+    from cudnn_compat._backend.plan_cache import CACHE
     monkeypatch.setattr(CACHE, "maxsize", 1)
     b = Block(rng)
     y1, y2 = b.empty(), b.empty()

@@ -486,14 +486,14 @@ NOT_DOUBLE = re.compile(r"\bfloat\b|cc_h2f\(|cc_f2h\(|cc_d2h\(|cc_b2f\(|cc_f2b\(
 
 def _body(src: str) -> str:
     """The kernel's own code: the shared preamble (conversion helpers for every type) cut off."""
-    from _backend.engines.cupy_engine.codegen import PREAMBLE
+    from cudnn_compat._backend.engines.cupy_engine.codegen import PREAMBLE
     return src[len(PREAMBLE):] if src.startswith(PREAMBLE) else src
 
 
 def recorded_graphs(dtype: str) -> list:
     """Every graph the cases build for ``dtype`` data (run on a CPU handle; the graphs a GPU handle
     builds are the same: graph building does not depend on the place)."""
-    from _backend import planner
+    from cudnn_compat._backend import planner
     graphs = []
     orig = planner.make_plan
 
@@ -515,8 +515,8 @@ def recorded_graphs(dtype: str) -> list:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_no_narrow_type_in_any_kernel_of_a_float_or_double_graph(dtype):
-    from _backend.engines.base import EngineConfig
-    from _backend.engines.cupy_engine import ENGINE, kernel_sources
+    from cudnn_compat._backend.engines.base import EngineConfig
+    from cudnn_compat._backend.engines.cupy_engine import ENGINE, kernel_sources
     graphs = recorded_graphs(dtype)
     kinds, scanned, bad = set(), 0, []
     for g in graphs:

@@ -239,7 +239,7 @@ def test_records_give_the_reference_numbers(emu, rng, case):
 
 def test_a_record_is_made_once_and_reused(emu, rng):
     import host_emu
-    from _backend.engines.cupy_engine import records, runtime
+    from cudnn_compat._backend.engines.cupy_engine import records, runtime
     h = emu.handle()
     ins, outs, call = case_act_fwd(rng)
     bufs = _f32({**ins, **outs})
@@ -288,7 +288,7 @@ def test_repeated_calls_replay_a_cuda_graph(emu, rng, monkeypatch):
 
 def test_graph_table_is_bounded(emu, rng, monkeypatch):
     monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default until verified on a GPU
-    from _backend.engines.cupy_engine import records
+    from cudnn_compat._backend.engines.cupy_engine import records
     import host_emu
     h = emu.handle()
     ins, outs, call = case_act_fwd(rng)
@@ -471,7 +471,7 @@ def test_gpu_cached_calls_give_the_reference_numbers(case, rng):
 @pytest.mark.gpu
 def test_gpu_record_launches_on_the_handle_stream(rng):
     import cupy
-    from _backend.engines.cupy_engine import runtime
+    from cudnn_compat._backend.engines.cupy_engine import runtime
     h = cc.cudnnCreate("gpu")
     ins, outs, call = case_softmax_fwd(rng)
     s = cupy.cuda.Stream(non_blocking=True)

@@ -8,13 +8,13 @@ import functools
 import numpy as np
 import pytest
 
-from _backend import dtypes
-from _backend.engines.base import EngineConfig, VariantPack
-from _backend.engines.cupy_engine import ENGINE, kernel_sources
-from _backend.engines.cupy_engine.steps import KernelRun, PyRun
-from _backend.engines.reference import ReferencePlan
-from _backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar, virtual
-from _backend.validate_conv import output_dims
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.engines.base import EngineConfig, VariantPack
+from cudnn_compat._backend.engines.cupy_engine import ENGINE, kernel_sources
+from cudnn_compat._backend.engines.cupy_engine.steps import KernelRun, PyRun
+from cudnn_compat._backend.engines.reference import ReferencePlan
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar, virtual
+from cudnn_compat._backend.validate_conv import output_dims
 
 ALPHA, BETA = 9001, 9002
 
@@ -255,7 +255,7 @@ def _batch_source(items) -> str:
     """Kernels of one batch in one translation unit: the shared preamble once, each kernel's own
     part in a namespace of its own (its helper structs cannot collide; the kernels are extern "C"
     with unique names)."""
-    from _backend.engines.cupy_engine.codegen import PREAMBLE
+    from cudnn_compat._backend.engines.cupy_engine.codegen import PREAMBLE
     parts = [PREAMBLE]
     for i, (name, src) in enumerate(items):
         assert src.startswith(PREAMBLE), name
@@ -292,7 +292,7 @@ def test_every_generated_kernel_compiles_with_nvrtc():
 def test_half_conversions_assemble_to_machine_code():
     """The preamble's inline PTX (f16 <-> f32, f64 -> f16) and bfloat16 rounding assemble for the
     oldest and the newest target, and a generated half kernel does too."""
-    from _backend.engines.cupy_engine.codegen import PREAMBLE
+    from cudnn_compat._backend.engines.cupy_engine.codegen import PREAMBLE
     nvrtc = _nvrtc()
     probe = PREAMBLE + '''extern "C" __global__ void probe(unsigned short* h, double* d, float* f) {
   h[0] = cc_f2h(cc_h2f(h[1]) + f[0]); h[2] = cc_d2h(d[0]); h[3] = cc_f2b(cc_b2f(h[4]) * f[1]); }'''

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend import planner
-from _backend.engines.reference import ReferencePlan
-from _backend.plan_cache import PlanCache
+from cudnn_compat._backend import planner
+from cudnn_compat._backend.engines.reference import ReferencePlan
+from cudnn_compat._backend.plan_cache import PlanCache
 from conftest import tdesc
 
 CYCLES = int(os.environ.get("CUDNN_COMPAT_LEAK_CYCLES", "2000") or 2000)

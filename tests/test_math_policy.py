@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend import math_policy
-from _backend.engines.base import EngineConfig
-from _backend.engines.cudnn_engine import configs as cfgsel
-from _backend.engines.cudnn_engine.graph import Decline, candidates
-from _backend.engines.cupy_engine import gemm as ggemm
-from _backend.engines.cupy_engine import rnn as grnn
+from cudnn_compat._backend import math_policy
+from cudnn_compat._backend.engines.base import EngineConfig
+from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
+from cudnn_compat._backend.engines.cudnn_engine.graph import Decline, candidates
+from cudnn_compat._backend.engines.cupy_engine import gemm as ggemm
+from cudnn_compat._backend.engines.cupy_engine import rnn as grnn
 from cudnn_compat import rnn_core
 from cudnn_compat.rnn_desc import rnn_desc
 
@@ -89,7 +89,7 @@ def test_native_config_filter_follows_the_rule(monkeypatch, override):
 # -- every path of the RNN, the grid generator and the convolutions gets the rule's answer ---------------
 
 def _graphs(run) -> list:
-    from _backend import planner
+    from cudnn_compat._backend import planner
     graphs, orig = [], planner.make_plan
 
     def spy(graph, *a, **k):

@@ -13,16 +13,16 @@ import warnings
 
 import pytest
 
-from _backend import planner, plan_cache
-from _backend.engines.base import REGISTRY
-from _backend.ir import Operation, OperationGraph, Tensor, packed_strides
-from _backend.plan_cache import CONFIG_FILE, FILE_ENV, PlanCacheFileWarning, chosen_config, remember_config
+from cudnn_compat._backend import planner, plan_cache
+from cudnn_compat._backend.engines.base import REGISTRY
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides
+from cudnn_compat._backend.plan_cache import CONFIG_FILE, FILE_ENV, PlanCacheFileWarning, chosen_config, remember_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FAKE_ENGINE = '''
-from _backend.engines.base import REGISTRY, Engine, EngineConfig, ExecutionPlan
-from _backend.plan_cache import chosen_config, remember_config
+from cudnn_compat._backend.engines.base import REGISTRY, Engine, EngineConfig, ExecutionPlan
+from cudnn_compat._backend.plan_cache import chosen_config, remember_config
 
 
 class TuningEngine(Engine):
@@ -105,8 +105,8 @@ def test_a_new_process_skips_the_timing_and_gets_the_same_config(engine, tmp_pat
 def _child(path, n) -> dict:
     code = FAKE_ENGINE + textwrap.dedent(f'''
         import json
-        from _backend import planner
-        from _backend.ir import Operation, OperationGraph, Tensor, packed_strides
+        from cudnn_compat._backend import planner
+        from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides
         eng = REGISTRY.register(TuningEngine())
         x, y = (Tensor(u, (2, {n}), packed_strides((2, {n})), "float32") for u in (1, 2))
         g = OperationGraph([Operation("Pointwise", {{"x": x}}, {{"y": y}}, {{"mode": "IDENTITY"}})])
@@ -174,8 +174,8 @@ def test_concurrent_writers_keep_every_entry(tmp_path):
     path = tmp_path / "plans.json"
     code = textwrap.dedent('''
         import sys
-        from _backend.engines.base import EngineConfig
-        from _backend.plan_cache import remember_config
+        from cudnn_compat._backend.engines.base import EngineConfig
+        from cudnn_compat._backend.plan_cache import remember_config
         w = int(sys.argv[1])
         for i in range(25):
             assert remember_config("tuning", f"writer {w} entry {i}", EngineConfig("tuning", (), frozenset(), i))

@@ -4,12 +4,12 @@ import threading
 import numpy as np
 import pytest
 
-import _backend
+import cudnn_compat._backend as _backend
 import cudnn_compat as cc
-from _backend import heuristics
-from _backend.engines.base import REGISTRY, Engine, EngineDeclined, ExecutionPlan
-from _backend.ir import GraphError, Operation, OperationGraph, Tensor, scalar, virtual
-from _backend.plan_cache import PlanCache
+from cudnn_compat._backend import heuristics
+from cudnn_compat._backend.engines.base import REGISTRY, Engine, EngineDeclined, ExecutionPlan
+from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tensor, scalar, virtual
+from cudnn_compat._backend.plan_cache import PlanCache
 from conftest import tdesc
 
 

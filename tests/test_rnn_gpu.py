@@ -36,7 +36,7 @@ def cpu():
 
 @pytest.fixture(scope="module")
 def real():
-    from _backend import legacy_cudnn as L
+    from cudnn_compat._backend import legacy_cudnn as L
     h = L.Handle()
     yield h
     h.destroy()
@@ -96,7 +96,7 @@ def run_ours(handle, d, w, dtype, D, L, I, H, T, lengths, x, hx, cx, training, o
 
 
 def run_real(rh, mode, D, L, I, H, T, lengths, dtype, math, values, x, hx, cx, training):
-    from _backend.legacy_cudnn_rnn import RealRNN
+    from cudnn_compat._backend.legacy_cudnn_rnn import RealRNN
     c = cp()
     net = RealRNN(rh, mode, D, L, I, H, T, lengths, dtype=dtype, math=math)
     try:
@@ -324,7 +324,7 @@ def test_backward_other_modes_on_gpu_match_cpu(gpu, cpu, rng, mode):
 
 def test_repeated_forward_is_captured_and_replayed(gpu, cpu, rng):
     """Call 1 runs eagerly, call 2 captures a CUDA graph, call 3 replays it: the same numbers."""
-    from _backend.engines.cupy_engine.rnn import ProgramRun
+    from cudnn_compat._backend.engines.cupy_engine.rnn import ProgramRun
     c = cp()
     mode, D, L, I, H, T = "LSTM", 2, 1, 8, 16, 6
     lengths = (6,) * 4

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 import kernel_emu
-from _backend import dtypes
-from _backend.engines.cupy_engine import rnn as grnn
-from _backend.engines.reference import KERNELS
-from _backend.engines.reference.rnn import bernoulli_keep
-from _backend.ir import Operation, Tensor, packed_strides, scalar
-from _backend.validate import validate_op
-from _backend.validate_rnn import GATES, row_map, rows_of
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.engines.cupy_engine import rnn as grnn
+from cudnn_compat._backend.engines.reference import KERNELS
+from cudnn_compat._backend.engines.reference.rnn import bernoulli_keep
+from cudnn_compat._backend.ir import Operation, Tensor, packed_strides, scalar
+from cudnn_compat._backend.validate import validate_op
+from cudnn_compat._backend.validate_rnn import GATES, row_map, rows_of
 
 pytestmark = pytest.mark.skipif(kernel_emu.available() is not None, reason=str(kernel_emu.available()))
 
@@ -352,7 +352,7 @@ def test_sources_compile_for_sm90(rng, tmp_path):
     if nvcc is None:
         pytest.skip("nvcc is not installed")
     srcs = _all_sources(rng)
-    from _backend.engines.cupy_engine.codegen import PREAMBLE
+    from cudnn_compat._backend.engines.cupy_engine.codegen import PREAMBLE
     body = PREAMBLE + "\n".join(f"namespace k{i} {{\n{s[len(PREAMBLE):]}\n}}" for i, s in enumerate(srcs.values()))
     path = tmp_path / "rnn_kernels.cu"
     path.write_text(body)

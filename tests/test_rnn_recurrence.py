@@ -2,7 +2,7 @@
 T is, and every finalize rule of RNNRecurrence / RNNRecurrenceBackward fires with its check name."""
 import pytest
 
-from _backend.ir import GraphError, Operation, OperationGraph, Tensor, packed_strides, scalar
+from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tensor, packed_strides, scalar
 from cudnn_compat import rnn_core
 from cudnn_compat.rnn_core import Call, Geometry, RNNConfig, stages
 

@@ -524,7 +524,7 @@ def test_reduce_tensor_more_than_8_dims_not_supported(handle):
 
 def test_reduce_tensor_workspace_too_small(handle):
     """The workspace check compares with the plan's need; make the cached plan need some."""
-    from _backend.plan_cache import CACHE
+    from cudnn_compat._backend.plan_cache import CACHE
     ad, cd = tdesc((2, 3, 1, 1)), tdesc((1, 3, 1, 1))
     r = red_desc(cc.CUDNN_REDUCE_TENSOR_ADD)
     A, C = np.ones(6, np.float32), np.zeros(3, np.float32)
@@ -604,7 +604,7 @@ def _libcudnn():
     """(ctypes lib, handle pointer) of the real libcudnn, or skip."""
     import ctypes
     try:
-        from _backend import legacy_cudnn as L
+        from cudnn_compat._backend import legacy_cudnn as L
         lib = L.load()
     except Exception as e:  # no libcudnn 9 here
         pytest.skip(f"real libcudnn not loadable: {e}")

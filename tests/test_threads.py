@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend import heuristics, planner
-from _backend.engines.base import REGISTRY, Engine, ExecutionPlan
-from _backend.plan_cache import PlanCache
+from cudnn_compat._backend import heuristics, planner
+from cudnn_compat._backend.engines.base import REGISTRY, Engine, ExecutionPlan
+from cudnn_compat._backend.plan_cache import PlanCache
 from conftest import tdesc
 
 THREADS = 8

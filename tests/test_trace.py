@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _backend import heuristics
-from _backend.engines.base import REGISTRY
-from _backend.engines.reference import ReferenceEngine
+from cudnn_compat._backend import heuristics
+from cudnn_compat._backend.engines.base import REGISTRY
+from cudnn_compat._backend.engines.reference import ReferenceEngine
 from cudnn_compat import _call, _registry, cli, explain, replay
 from conftest import tdesc
 
