@@ -5,6 +5,16 @@ bytes live in a NumPy array of the *storage* dtype; bfloat16 has no NumPy dtype,
 so it is stored as uint16 and converted here with round-to-nearest-even, without
 depending on ml_dtypes.  The reference engine loads every tensor to float64
 (``load``) and rounds back on the way out (``store``).
+
+Why not ``ml_dtypes.bfloat16`` as the storage dtype (issue 16 asked): it would remove the two
+converters below (~15 lines) but not the uint16 path, so it removes no code overall:
+  - the storage dtype is also the device one (cupy_engine/runtime.py, rnn.py build CuPy arrays
+    of ``storage_dtype``), and CuPy has no bfloat16 dtype: device buffers stay uint16 and the
+    kernels convert bits (codegen.py), so uint16 storage and the bit conversions stay anyway;
+  - legacy callers hand bfloat16 data as uint16 bits (the C ABI), which must keep working;
+  - it would make ml_dtypes a hard dependency (numpy is the only one) for one dtype.
+Arrays of ``ml_dtypes.bfloat16`` are still accepted as BFLOAT16 data, by dtype name, without
+importing ml_dtypes (cudnn_compat/_data.py; tests/test_data_args.py runs it when installed).
 """
 from __future__ import annotations
 

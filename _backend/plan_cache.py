@@ -1,5 +1,5 @@
-"""Plan cache: an LRU of execution plans keyed by the call signature (architecture.md
-"plan_cache").  Thread safe; size from ``CUDNN_COMPAT_PLAN_CACHE_SIZE`` (default 1024).
+"""Plan cache: an LRU of execution plans keyed by the call signature (docs/architecture.md
+"One call, end to end").  Thread safe; size from ``CUDNN_COMPAT_PLAN_CACHE_SIZE`` (default 1024).
 
 Chosen engine configs persist across processes (issue 5): with ``CUDNN_COMPAT_PLAN_CACHE_FILE``
 set, an engine that picks a config by timing (the cudnn engine's autotuning) records it with
@@ -274,7 +274,15 @@ def _atomic_write(path: str, doc: dict) -> None:
 
 
 class _FileLock:
-    """An exclusive advisory lock on ``path`` (created when missing); a no-op without fcntl."""
+    """An exclusive advisory lock on ``path`` (created when missing); a no-op without fcntl.
+
+    Why not ``filelock`` / ``platformdirs`` (issue 16 asked): this class is 20 lines and the
+    whole POSIX case; ``filelock.FileLock`` would replace only it, at the price of a second hard
+    dependency (numpy is the only one), and on Windows ``os.replace`` alone already keeps the file
+    whole (a concurrent writer may lose an entry: a config is timed again, nothing breaks).
+    ``platformdirs`` would pick a default location, but there is deliberately none: the file is
+    opt-in, at the path ``CUDNN_COMPAT_PLAN_CACHE_FILE`` names (unset: nothing persists), so
+    nothing is written to a user's disk unasked."""
 
     def __init__(self, path: str):
         self.path, self.fd = path, None

@@ -7,6 +7,12 @@ JSON results file ``benchmarks/results/<prefix>_<device tag>.json``.
 calls between two CUDA events on the current stream, and returns the median milliseconds per call
 (with the minimum and every repetition's figure).  ``events='torch'`` uses torch's events on
 torch's current stream (for work torch launches); the default uses CuPy's.
+
+Every script under benchmarks/ uses this module for its CUDA-event timing, the device name and
+writing its JSON (``write_json`` names the file after the device; ``write_json_file`` writes a
+path the script chose).  The GPU scripts import torch and CuPy in a guarded block so that
+``--help`` works on any machine (tests/test_benchmarks_import.py); ``missing_gpu_stack`` is the
+one line they print, with exit status 2, when run without them.
 """
 from __future__ import annotations
 
@@ -71,12 +77,15 @@ def _events(kind: str):
     return cupy.cuda.Event, cupy.cuda.Device().synchronize, cupy.cuda.get_elapsed_time
 
 
-def cuda_time(fn, iters: int = 10, reps: int = 5, warm: int = 2, events: str = "cupy") -> dict:
-    """{'ms': median ms per call, 'min_ms', 'reps_ms': [...]} over ``reps`` runs of ``iters`` calls."""
+def cuda_time(fn, iters: int = 10, reps: int = 5, warm: int = 2, events: str = "cupy", before=None) -> dict:
+    """{'ms': median ms per call, 'min_ms', 'reps_ms': [...]} over ``reps`` runs of ``iters`` calls.
+    ``before``: also called after the warm-up's device synchronize (e.g. ``torch.cuda.synchronize``)."""
     make, sync, elapsed = _events(events)
     for _ in range(warm):
         fn()
     sync()
+    if before is not None:
+        before()
     per = []
     for _ in range(reps):
         a, b = make(), make()
@@ -106,13 +115,26 @@ def wall_time(fn, iters: int = 10, warm: int = 1, sync=None) -> float:
 def write_json(prefix: str, payload: dict, out_dir: "str | None" = None, device: "str | None" = None) -> str:
     """Write ``payload`` to ``<out_dir>/<prefix>_<device tag>.json`` (default benchmarks/results)."""
     out_dir = out_dir or RESULTS
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"{prefix}_{device_tag(device)}.json")
+    return write_json_file(os.path.join(out_dir, f"{prefix}_{device_tag(device)}.json"), payload)
+
+
+def write_json_file(path: str, payload: dict) -> str:
+    """Write ``payload`` as JSON (indent 1) to ``path``, creating its folder; atomic (a temporary
+    file, then ``os.replace``).  Returns the path."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(payload, f, indent=1, default=_jsonable)
     os.replace(tmp, path)
     return path
+
+
+def missing_gpu_stack(script: str, error: BaseException) -> int:
+    """A GPU benchmark run without torch or CuPy: one line on stderr; returns the exit status 2."""
+    print(f"{os.path.basename(script)}: needs a CUDA GPU with CuPy (and torch for its comparisons) "
+          f"({type(error).__name__}: {error}); install them, e.g. pip install 'cudnn-compat[cuda12]' torch",
+          file=sys.stderr)
+    return 2
 
 
 def _jsonable(v):
@@ -140,4 +162,4 @@ def fmt_ms(v) -> str:
 
 
 __all__ = ["RESULTS", "ROOT", "repo_on_path", "device_name", "device_tag", "meta", "cuda_time", "wall_time",
-           "write_json", "rel_err", "fmt_ms"]
+           "write_json", "write_json_file", "missing_gpu_stack", "rel_err", "fmt_ms"]

@@ -30,9 +30,15 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cuda_time, device_name, missing_gpu_stack, write_json  # noqa: E402
 
-import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
-import cupy  # noqa: E402
+try:  # guarded so that --help works without a GPU stack; main() reports what is missing
+    import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
+    import cupy  # noqa: E402
+except ImportError as _e:
+    torch = cupy = None
+    _MISSING = _e
 
 import cudnn_compat as cc  # noqa: E402
 from cudnn_compat._backend import legacy_cudnn as L  # noqa: E402
@@ -62,16 +68,8 @@ def strides(dims, layout):
 
 
 def timeit(fn, iters, warm=3):
-    for _ in range(warm):
-        fn()
-    s, e = cupy.cuda.Event(), cupy.cuda.Event()
-    cupy.cuda.runtime.deviceSynchronize()
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    e.synchronize()
-    return cupy.cuda.get_elapsed_time(s, e) / iters
+    """Milliseconds per call: one run of ``iters`` calls between CUDA events (_common.cuda_time)."""
+    return cuda_time(fn, iters, reps=1, warm=warm)["ms"]
 
 
 def rand(n, dtype):
@@ -430,9 +428,10 @@ def main():
     ap.add_argument("--profile", action="store_true", help="cProfile 2000 cached tiny calls through our API")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
+    if cupy is None:
+        sys.exit(missing_gpu_stack(__file__, _MISSING))
     skip = set(filter(None, args.skip.split(",")))
-    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
-    name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
+    name = device_name()
     from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
     meta = dict(device=name, libcudnn=nlib.info(), torch=torch.__version__, torch_cudnn=torch.backends.cudnn.version(),
                 cupy=cupy.__version__, batch=args.batch, iters=args.iters, time=time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -447,11 +446,7 @@ def main():
         bench_host(args, host)
     res = dict(meta=meta, rows=rows, summary=summary(rows), host=host, seconds=time.time() - t0)
     print(json.dumps(res["summary"], indent=1), flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    tag = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
-    path = os.path.join(args.out, f"bench_conv_{tag}.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
+    path = write_json("bench_conv", res, args.out, name)
     print("wrote", path)
 
 

@@ -28,17 +28,22 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cuda_time, device_name, missing_gpu_stack, write_json  # noqa: E402
 
-import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
-import torch.nn.functional as F  # noqa: E402
-import cupy  # noqa: E402
+try:  # guarded so that --help works without a GPU stack; main() reports what is missing
+    import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
+    import torch.nn.functional as F  # noqa: E402
+    import cupy  # noqa: E402
+except ImportError as _e:
+    torch = F = cupy = None
+    _MISSING = _e
 
 import cudnn_compat as cc  # noqa: E402
 from cudnn_compat._backend import legacy_cudnn as L  # noqa: E402
@@ -52,19 +57,8 @@ def nhwc_strides(n, c, h, w):
 
 
 def timeit(fn, iters, reps, warm=3):
-    for _ in range(warm):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(a, b) * 1e3 / iters)  # microseconds
-    return statistics.median(times)
+    """Microseconds per call: median over ``reps`` runs of ``iters`` calls (_common.cuda_time)."""
+    return cuda_time(fn, iters, reps, warm)["ms"] * 1e3
 
 
 def kernels(fn):
@@ -276,9 +270,10 @@ def main():
     ap.add_argument("--quick", action="store_true", help="the first stage (64@56) only")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
+    if cupy is None:
+        sys.exit(missing_gpu_stack(__file__, _MISSING))
     torch.backends.cudnn.benchmark = True
-    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
-    name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
+    name = device_name()
     from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
     meta = dict(device=name, libcudnn=nlib.info(), torch=torch.__version__, cupy=cupy.__version__, batch=args.batch,
                 iters=args.iters, reps=args.reps, dtype="float16", layout="NHWC",
@@ -302,11 +297,7 @@ def main():
         summary["fused_over_legacy_geomean"] = float(np.exp(np.mean(np.log(spl))))
     print(json.dumps(summary), flush=True)
     res = dict(meta=meta, rows=rows, summary=summary, seconds=time.time() - t0)
-    os.makedirs(args.out, exist_ok=True)
-    tag = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
-    path = os.path.join(args.out, f"bench_fusion_{tag}.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
+    path = write_json("bench_fusion", res, args.out, name)
     print("wrote", path)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import statistics
 import sys
@@ -36,10 +35,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["CUDNN_COMPAT_ENGINE"] = "cupy"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cuda_time, device_name, missing_gpu_stack, write_json_file  # noqa: E402
 
-import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
-import torch.nn.functional as F  # noqa: E402
-import cupy  # noqa: E402
+try:  # guarded so that --help works without a GPU stack; main() reports what is missing
+    import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
+    import torch.nn.functional as F  # noqa: E402
+    import cupy  # noqa: E402
+except ImportError as _e:
+    torch = F = cupy = None
+    _MISSING = _e
 
 import cudnn_compat as cc  # noqa: E402
 from cudnn_compat._backend import legacy_cudnn as L  # noqa: E402
@@ -56,7 +61,7 @@ EXTRA_PROTOTYPES = {  # legacy functions legacy_cudnn.py does not declare
 }
 DT = {"float32": cc.CUDNN_DATA_FLOAT, "float16": cc.CUDNN_DATA_HALF}
 NP = {"float32": np.float32, "float16": np.float16}
-TORCH = {"float32": torch.float32, "float16": torch.float16}
+TORCH = {"float32": torch.float32, "float16": torch.float16} if torch is not None else {}
 
 
 def legacy_lib():
@@ -102,19 +107,8 @@ def torch_view(buf, dims, layout):
 
 
 def timeit(fn, iters, reps, warm=3):
-    for _ in range(warm):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(a, b) * 1e3 / iters)  # microseconds
-    return statistics.median(times)
+    """Microseconds per call: median over ``reps`` runs of ``iters`` calls (_common.cuda_time)."""
+    return cuda_time(fn, iters, reps, warm)["ms"] * 1e3
 
 
 _SPIN = None
@@ -420,6 +414,8 @@ def main():
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
+    if cupy is None:
+        sys.exit(missing_gpu_stack(__file__, _MISSING))
     if args.quick:
         args.iters, args.reps = 5, 3
     from cudnn_compat._backend.engines.cupy_engine import bn, rowops
@@ -427,7 +423,7 @@ def main():
     h = cc.cudnnCreate("gpu")
     lh = L.Handle()
     lib = legacy_lib()
-    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())["name"].decode()
+    dev = device_name()
     # the copy ceiling: reading and writing 2 x 103 MB (the size of the big activations)
     copy_bytes = 32 * 256 * 56 * 56 * 4
     t_copy = copy_time(copy_bytes, args.iters, args.reps)
@@ -516,13 +512,11 @@ def main():
               f"{fmt(r.get('ours_gpu')):>6s} {fmt(r.get('legacy_gpu')):>7s} {fmt(r.get('torch_gpu')):>6s} "
               f"{fmt(r.get('ours_generic_gpu')):>7s} {fmt(r.get('gbs'), '{:.0f}'):>5s} "
               f"{fmt(r.get('pct_copy'), '{:.0f}'):>5s} {fmt(r.get('err'), '{:.1e}'):>7s}")
-    os.makedirs(args.out, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join(args.out, f"memory_bound-{dev.replace(' ', '_')}-{stamp}.json")
-    with open(path, "w") as f:
-        json.dump({"device": dev, "copy_us": t_copy, "copy_gbs": copy_gbs, "copy_bytes": copy_bytes,
-                   "iters": args.iters, "reps": args.reps, "torch": torch.__version__, "cupy": cupy.__version__,
-                   "rows": rows}, f, indent=1)
+    write_json_file(path, {"device": dev, "copy_us": t_copy, "copy_gbs": copy_gbs, "copy_bytes": copy_bytes,
+                           "iters": args.iters, "reps": args.reps, "torch": torch.__version__,
+                           "cupy": cupy.__version__, "rows": rows})
     print(f"wrote {path}")
 
 

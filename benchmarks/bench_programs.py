@@ -47,7 +47,7 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import ROOT, cuda_time, fmt_ms, meta, rel_err, repo_on_path, write_json  # noqa: E402
+from _common import ROOT, cuda_time, fmt_ms, meta, missing_gpu_stack, rel_err, repo_on_path, write_json  # noqa: E402
 
 repo_on_path()
 import cudnn_compat as cc  # noqa: E402
@@ -684,7 +684,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = ap.parse_args(argv)
 
-    import torch
+    try:
+        import torch
+        import cupy  # noqa: F401 - needed by every row; checked here so a CPU machine gets one line
+    except ImportError as e:
+        sys.exit(missing_gpu_stack(__file__, e))
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False

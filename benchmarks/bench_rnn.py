@@ -21,16 +21,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cuda_time, device_name, missing_gpu_stack, write_json_file  # noqa: E402
 
-import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
-import cupy  # noqa: E402
+try:  # guarded so that --help works without a GPU stack; main() reports what is missing
+    import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
+    import cupy  # noqa: E402
+except ImportError as _e:
+    torch = cupy = None
+    _MISSING = _e
 
 import cudnn_compat as cc  # noqa: E402
 from cudnn_compat._backend import legacy_cudnn as L  # noqa: E402
@@ -43,20 +48,9 @@ CCMATH = {"DEFAULT_MATH": cc.CUDNN_DEFAULT_MATH, "TENSOR_OP_MATH": cc.CUDNN_TENS
 
 
 def timeit(fn, iters, reps, warm=3):
-    for _ in range(warm):
-        fn()
-    cupy.cuda.Device().synchronize()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        s, e = cupy.cuda.Event(), cupy.cuda.Event()
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        e.synchronize()
-        out.append(cupy.cuda.get_elapsed_time(s, e) / iters)
-    return statistics.median(out)
+    """Milliseconds per call: median over ``reps`` runs of ``iters`` calls (_common.cuda_time; torch
+    synchronized too before timing)."""
+    return cuda_time(fn, iters, reps, warm, before=torch.cuda.synchronize)["ms"]
 
 
 class Ours:
@@ -159,10 +153,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="unidirectional fp32 only")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
+    if cupy is None:
+        sys.exit(missing_gpu_stack(__file__, _MISSING))
     rng = np.random.default_rng(0)
     handle, cpu = cc.create("gpu"), cc.create("cpu")
     real_handle = L.Handle()
-    dev = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    dev = device_name()
     meta = {"device": dev, "torch": torch.__version__, "torch_cudnn": torch.backends.cudnn.version(),
             "cupy": cupy.__version__, "shape": {"T": T, "B": B, "input": H, "hidden": H, "layers": LAYERS},
             "iters": args.iters, "reps": args.reps, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -183,10 +179,8 @@ def main():
                   f" ratio={r['ratio_train']:5.2f} | infer: ours={r['ours_infer_ms']:7.3f} "
                   f"cudnn={r['cudnn_infer_ms']:7.3f} torch={r['torch_infer_ms']:7.3f} ratio={r['ratio_infer']:5.2f}"
                   f" | max|dy|={r['max_abs_diff_y']:.2e} first call {r['ours_first_call_s']}s", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"bench_rnn_{dev.replace(' ', '_')}.json")
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    path = write_json_file(os.path.join(args.out, f"bench_rnn_{dev.replace(' ', '_')}.json"),
+                           {"meta": meta, "results": rows})
     print("wrote", path)
     real_handle.destroy()
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import statistics
 import sys
@@ -445,8 +444,9 @@ def profile(fn, calls: int, top: int = 22) -> str:
 
 
 def _device_name() -> str:
-    import cupy
-    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())["name"].decode()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _common import device_name
+    return device_name()
 
 
 def main(argv=None):
@@ -506,9 +506,9 @@ def main(argv=None):
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(here, "results", f"host_overhead_{out['device'].replace(' ', '_')}.json")
     if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(out, f, indent=1)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _common import write_json_file
+        write_json_file(path, out)
         print(f"wrote {path}")
     return out
 

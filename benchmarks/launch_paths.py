@@ -20,9 +20,13 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import device_name, missing_gpu_stack, write_json_file  # noqa: E402
 
 SRC = r'''extern "C" __global__ void scale(const float* x, float* y, float a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < 128) y[i] = a * x[i]; }'''
@@ -58,10 +62,13 @@ def main(argv=None):
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     import numpy as np
-    import cupy
+    try:
+        import cupy
+    except ImportError as e:
+        sys.exit(missing_gpu_stack(__file__, e))
     out = {"cupy": cupy.__version__, "python": sys.version.split()[0]}
     sync = cupy.cuda.runtime.deviceSynchronize
-    out["device"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    out["device"] = device_name()
     raw = cupy.RawModule(code=SRC).get_function("scale")  # CuPy 14: a RawKernel
     fn = getattr(raw, "kernel", raw)  # its Function on this device (.ptr: the CUfunction)
     x, y = cupy.ones(128, np.float32), cupy.zeros(128, np.float32)
@@ -143,8 +150,7 @@ def main(argv=None):
         print(f"{k:24s} {v:7.2f} us")
     print(json.dumps(out["has"]))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json_file(args.json, out)
 
 
 def _lock_cost():

@@ -67,12 +67,13 @@ def plan_cache_info():
 
 
 def plan_cache_clear() -> None:
+    """Empty the plan cache (the next call of each signature plans again)."""
     _CACHE.clear()
 
 
 def _configure_logging() -> None:
     """``CUDNN_COMPAT_LOG=info|debug|warning`` logs each new call signature's graph, the engines
-    that declined it and why, and the config chosen (architecture.md "Explain")."""
+    that declined it and why, and the config chosen (docs/tools.md "Explain")."""
     level = (_backend_config.get("CUDNN_COMPAT_LOG") or "").upper()
     if level:
         log = logging.getLogger("cudnn_compat")
@@ -85,6 +86,8 @@ def _configure_logging() -> None:
 
 _backend_config.validate()  # every CUDNN_COMPAT_* value not understood warns now, once
 _configure_logging()
+from . import _logging  # noqa: E402 - cuDNN's CUDNN_LOG{INFO,WARN,ERR}_DBG / CUDNN_LOGDEST_DBG
+_logging.configure_from_environment()
 
 
 def last_engine() -> "str | None":

@@ -1,5 +1,5 @@
-"""The shared path of every legacy compute call (architecture.md "Data flow of one
-legacy call"): signature -> plan cache -> (on a miss) graph build -> plan -> bind the
+"""The shared path of every legacy compute call (docs/architecture.md "One call,
+end to end"): signature -> plan cache -> (on a miss) graph build -> plan -> bind the
 variant pack -> execute.
 
 Builders produce graphs with fixed uids per role; ``run`` binds each external uid of
@@ -174,8 +174,8 @@ def _read_only(argname: str):
 
 
 def stage_to_device(host: np.ndarray, argname: str):
-    """A NumPy argument on a GPU handle: its bytes go to a device copy (architecture.md
-    "Data arguments"); outputs are copied back after the call."""
+    """A NumPy argument on a GPU handle: its bytes go to a device copy (docs/conventions.md
+    "Data"); outputs are copied back after the call."""
     import cupy
     if not (host.flags.c_contiguous or host.flags.f_contiguous) or host.dtype.hasobject:
         from .errors import bad_param  # rule: raw, contiguous memory only

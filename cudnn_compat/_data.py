@@ -1,5 +1,5 @@
-"""Data and scalar arguments of legacy calls (architecture.md "Data arguments";
-docs/conventions.md "Scalars" and "Data"; 002 "Scaling Parameters": alpha/beta are host
+"""Data and scalar arguments of legacy calls (docs/conventions.md "Scalars"
+and "Data"; 002 "Scaling Parameters": alpha/beta are host
 pointers to float, or to double when the data type is DOUBLE).
 
 The rule that nothing a caller can type crashes the interpreter:
@@ -7,8 +7,9 @@ The rule that nothing a caller can type crashes the interpreter:
 * scalars (alpha, beta, ...): Python numbers (int, float, bool, NumPy scalars) are always
   values; a host pointer is a ``ctypes`` pointer (``c_void_p``, ``POINTER(T)``, ``byref``), a
   ctypes array or a NumPy array of one element (``scalar``);
-* data on the CPU place: NumPy arrays, objects with ``__array_interface__`` or the buffer
-  protocol, or ctypes pointers (raw, unchecked as in C); a plain int is BAD_PARAM;
+* data on the CPU place: NumPy arrays, objects with ``__array_interface__``, the buffer protocol
+  or ``__dlpack__`` (torch / JAX CPU tensors; read and written in place, through the same
+  memory), or ctypes pointers (raw, unchecked as in C); a plain int is BAD_PARAM;
 * data on the GPU place: CuPy arrays, ``__cuda_array_interface__`` / DLPack objects, or a
   device pointer int;
 * a descriptor, handle or any other object of this library where a buffer or a scalar goes
@@ -180,12 +181,14 @@ def _host_source(data, argname: str) -> "np.ndarray | int":
     try:
         if hasattr(data, "__array_interface__"):
             return np.asarray(data)
-        if hasattr(data, "__dlpack__"):
+        if hasattr(data, "__dlpack__"):  # torch / JAX CPU tensors: a view of the same memory
             return np.from_dlpack(data)
         return np.asarray(memoryview(data))
-    except Exception:  # noqa: BLE001 - anything that is not a readable buffer is a bad argument
-        raise bad_param(argname, f"must be a NumPy array, an object with the buffer protocol or __array_interface__, "
-                                 f"or a ctypes pointer on the CPU place, got {type(data).__name__}") from None
+    except Exception as e:  # noqa: BLE001 - anything that is not a readable buffer is a bad argument
+        why = f" (DLPack export failed: {type(e).__name__}: {e})" if hasattr(data, "__dlpack__") else ""
+        raise bad_param(argname, f"must be a NumPy array, an object with the buffer protocol, __array_interface__ "
+                                 f"or __dlpack__, or a ctypes pointer on the CPU place, got {type(data).__name__}"
+                                 f"{why}") from None
 
 
 def _checked_bytes(arr: np.ndarray, name: "str | None", need: int, argname: str, written: bool,
@@ -519,7 +522,14 @@ def address(data) -> "int | None":
     if addr is not None:
         return addr
     iface = getattr(data, "__cuda_array_interface__", None) or getattr(data, "__array_interface__", None)
-    return int(iface["data"][0]) if isinstance(iface, dict) else None
+    if isinstance(iface, dict):
+        return int(iface["data"][0])
+    if hasattr(data, "__dlpack__") and not library_object(data):  # a host DLPack tensor (torch/JAX on the CPU)
+        try:
+            return int(np.from_dlpack(data).__array_interface__["data"][0])
+        except Exception:  # noqa: BLE001 - device memory, or not exportable: cannot be told
+            return None
+    return None
 
 
 def same_buffer(a, b) -> bool:

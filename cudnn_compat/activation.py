@@ -125,11 +125,13 @@ def backward_attrs(desc, y_dtype: "str | None" = None) -> tuple:
 
 @legacy("cudnnCreateActivationDescriptor")
 def createActivationDescriptor() -> ActivationDescriptor:
+    """Allocate an activation descriptor (002 §3.2.6)."""
     return ActivationDescriptor()
 
 
 @legacy("cudnnDestroyActivationDescriptor")
 def destroyActivationDescriptor(activationDesc) -> None:
+    """Free an activation descriptor (002 §3.2.21)."""
     resolve(activationDesc, ActivationDescriptor, "activationDesc", need_set=False).destroy()
 
 
@@ -162,6 +164,7 @@ def setActivationDescriptorSwishBeta(activationDesc, swish_beta) -> None:
 
 @legacy("cudnnGetActivationDescriptorSwishBeta")
 def getActivationDescriptorSwishBeta(activationDesc) -> float:
+    """The swish beta of an activation descriptor (cuDNN 8.2+, not in 002; see §3.2.62 for the descriptor)."""
     return resolve(activationDesc, ActivationDescriptor, "activationDesc", need_set=False).swish_beta
 
 

@@ -73,11 +73,13 @@ def _algorithm(value, argname="algorithm") -> int:
 
 @legacy("cudnnCreateAlgorithmDescriptor")
 def createAlgorithmDescriptor() -> AlgorithmDescriptor:
+    """Allocate an algorithm descriptor (002 §3.2.7, deprecated)."""
     return AlgorithmDescriptor()
 
 
 @legacy("cudnnSetAlgorithmDescriptor")
 def setAlgorithmDescriptor(algorithmDesc, algorithm) -> None:
+    """Set the algorithm held by an algorithm descriptor (002 §3.2.77, deprecated)."""
     d = algorithm_desc(algorithmDesc, "algorithmDesc", need_set=False)
     d.algorithm = _algorithm(algorithm)
     d.touched()
@@ -91,6 +93,7 @@ def getAlgorithmDescriptor(algoDesc) -> int:
 
 @legacy("cudnnCopyAlgorithmDescriptor")
 def copyAlgorithmDescriptor(src, dest) -> None:
+    """Copy the algorithm of src into dest (002 §3.2.4, deprecated)."""
     s = algorithm_desc(src, "src")
     d = algorithm_desc(dest, "dest", need_set=False)
     d.algorithm = s.algorithm
@@ -99,6 +102,7 @@ def copyAlgorithmDescriptor(src, dest) -> None:
 
 @legacy("cudnnDestroyAlgorithmDescriptor")
 def destroyAlgorithmDescriptor(algorithmDesc) -> None:
+    """Free an algorithm descriptor (002 §3.2.22, deprecated)."""
     algorithm_desc(algorithmDesc, "algorithmDesc", need_set=False).destroy()
 
 

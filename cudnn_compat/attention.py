@@ -155,6 +155,7 @@ def seq_desc(arg, argname: str) -> SeqDataDescriptor:
 
 @legacy("cudnnCreateAttnDescriptor")
 def createAttnDescriptor() -> AttnDescriptor:
+    """Allocate a multi-head attention descriptor (002 §7.2.3)."""
     return AttnDescriptor()
 
 
@@ -167,6 +168,7 @@ def destroyAttnDescriptor(attnDesc) -> None:
 
 @legacy("cudnnCreateSeqDataDescriptor")
 def createSeqDataDescriptor() -> SeqDataDescriptor:
+    """Allocate a sequence data descriptor (002 §7.2.7)."""
     return SeqDataDescriptor()
 
 

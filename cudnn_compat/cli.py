@@ -1,4 +1,4 @@
-"""The ``cudnn-compat`` command (architecture.md "cudnn-compat doctor / demo").
+"""The ``cudnn-compat`` command (docs/tools.md "The command line").
 
   cudnn-compat doctor [--json]   what is installed and usable here: Python, NumPy, CuPy, the GPU,
                                  libcudnn (located with cuda.pathfinder), and every engine
@@ -11,8 +11,11 @@
   cudnn-compat diff A B          compare two traces call by call; exit 1 when they differ
   cudnn-compat explain TRACE     per call signature: the graph, the engines in heuristics order
                                  with the reason each declined, the config chosen
-  cudnn-compat bench [NAME...]   run the benchmark scripts under benchmarks/ (conv, memory_bound,
-                                 fusion) on the GPU and print their tables; exit 2 without a GPU
+  cudnn-compat bench [NAME...] [--list] [--quick] [--dir D]
+                                 run the benchmark scripts under benchmarks/ of a source checkout
+                                 (conv, memory_bound, rnn, fusion, programs, host_overhead,
+                                 launch_paths) and print their tables; exit 2 when they cannot run
+                                 here (no checkout, no GPU: host_overhead alone runs on the CPU)
 
 ``python -m cudnn_compat`` is the same command.
 """
@@ -25,7 +28,7 @@ import os
 import platform
 import sys
 import warnings
-
+from dataclasses import dataclass
 
 from .errors import CuDNNError
 
@@ -357,45 +360,108 @@ def explain_cmd(args) -> int:
     return 0
 
 
-BENCHMARKS = ("conv", "memory_bound", "fusion")
+@dataclass(frozen=True)
+class Benchmark:
+    """A script under benchmarks/ that ``cudnn-compat bench`` runs."""
+    name: str
+    script: str
+    what: str
+    quick: tuple = ("--quick",)  # the arguments of a --quick run
+    gpu: tuple = ()  # arguments on a GPU machine
+    cpu: "tuple | None" = None  # arguments without a GPU; None: needs a GPU
 
 
-def bench_dir() -> str:
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+BENCHMARKS = (
+    Benchmark("conv", "bench_conv.py", "ResNet-50 convolutions: ours vs the real legacy libcudnn vs torch"),
+    Benchmark("memory_bound", "bench_memory_bound.py", "memory-bound calls (tensor ops, BN, pooling, softmax, LRN)"),
+    Benchmark("rnn", "bench_rnn.py", "LSTM forward, training and inference"),
+    Benchmark("fusion", "bench_fusion.py", "a ResNet block: legacy calls one by one vs cudnn_compat.fuse()"),
+    Benchmark("programs", "bench_programs.py", "whole programs: the ResNet-50 training step and a ResNet block"),
+    Benchmark("host_overhead", "host_overhead.py", "host cost of a cached legacy call, every compute family",
+              quick=("--calls", "2000"), gpu=("--place", "gpu"), cpu=("--place", "cpu")),
+    Benchmark("launch_paths", "launch_paths.py", "host cost of the ways Python can launch a CUDA kernel",
+              quick=("--calls", "2000")),
+)
+BENCH_BY_NAME = {b.name: b for b in BENCHMARKS}
+
+
+def bench_dir(explicit: "str | None" = None) -> "str | None":
+    """The benchmarks/ folder: ``explicit`` (``--dir``), else the one beside the package in a
+    source checkout (repository/cudnn_compat and repository/benchmarks); None when there is none
+    (an installed wheel has no benchmarks: they are not part of the package)."""
+    root = explicit or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+    ok = os.path.isfile(os.path.join(root, "_common.py")) and any(
+        os.path.isfile(os.path.join(root, b.script)) for b in BENCHMARKS)
+    return root if ok else None
+
+
+def _bench_lookup(name: str) -> "Benchmark | None":
+    """A benchmark by its name (conv), its script (bench_conv.py) or the script's stem (bench_conv)."""
+    key = name[:-3] if name.endswith(".py") else name
+    for b in BENCHMARKS:
+        if key in (b.name, b.script[:-3]):
+            return b
+    return None
 
 
 def bench(args) -> int:
-    """Run benchmarks/bench_<name>.py for each name (default: every one that exists), streaming their
-    tables; they write JSON to benchmarks/results/.  Exit 2 without a GPU, 1 when a script fails."""
+    """Run the benchmarks named (default: all), streaming their tables; they write JSON to
+    benchmarks/results/.  Exit 2 when they cannot run here (no benchmarks/ folder, an unknown
+    name, a GPU benchmark without a GPU), 1 when a script fails."""
     import subprocess
     from ._place import gpu_reason
+    root = bench_dir(args.dir)
+    if args.list:
+        where = root or "not found"
+        print(f"benchmarks under {where}:")
+        for b in BENCHMARKS:
+            found = root is not None and os.path.isfile(os.path.join(root, b.script))
+            need = "GPU" if b.cpu is None else "GPU or CPU"
+            print(f"  {b.name:<14} {b.script:<22} {need:<11} {'' if found else '(missing) '}{b.what}")
+        return 0 if root else 2
+    if root is None:
+        where = args.dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        print(f"cudnn-compat bench: no benchmarks/ folder {'at ' + args.dir if args.dir else 'beside ' + where}: "
+              "the benchmark scripts are not installed with the package; run this from a source checkout of "
+              "cudnn-compat (pip install -e .) or pass --dir PATH/TO/benchmarks", file=sys.stderr)
+        return 2
+    chosen = []
+    for name in args.names or [b.name for b in BENCHMARKS]:
+        b = _bench_lookup(name)
+        if b is None:
+            print(f"cudnn-compat bench: no benchmark {name!r}; known: {', '.join(BENCH_BY_NAME)} "
+                  "(cudnn-compat bench --list)", file=sys.stderr)
+            return 2
+        chosen.append(b)
     why = gpu_reason()
     if why:
-        print(f"cudnn-compat bench: the benchmarks need a CUDA GPU with CuPy; here: {why}", file=sys.stderr)
-        return 2
-    root = bench_dir()
-    names = args.names or [n for n in BENCHMARKS if os.path.exists(os.path.join(root, f"bench_{n}.py"))]
-    if not names:
-        print(f"cudnn-compat bench: no benchmark scripts under {root} (run from a source checkout)", file=sys.stderr)
-        return 2
+        cpu_ok = [b for b in chosen if b.cpu is not None]
+        if not args.names or len(cpu_ok) < len(chosen):
+            need = [b.name for b in chosen if b.cpu is None]
+            print(f"cudnn-compat bench: {', '.join(need)} need{'s' if len(need) == 1 else ''} a CUDA GPU with CuPy; "
+                  f"here: {why} (runs on the CPU: "
+                  f"{', '.join(b.name for b in BENCHMARKS if b.cpu is not None)})", file=sys.stderr)
+            return 2
     failed = []
-    for name in names:
-        script = os.path.join(root, f"bench_{name}.py")
+    for b in chosen:
+        script = os.path.join(root, b.script)
         if not os.path.exists(script):
-            print(f"cudnn-compat bench: no benchmark {name!r} ({script} does not exist)", file=sys.stderr)
-            failed.append(name)
+            print(f"cudnn-compat bench: {b.name}: {script} does not exist", file=sys.stderr)
+            failed.append(b.name)
             continue
-        cmd = [sys.executable, script] + (["--quick"] if args.quick else [])
-        print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+        cmd = [sys.executable, script] + list(b.cpu if why else b.gpu) + (list(b.quick) if args.quick else [])
+        print(f"== {b.name}: {' '.join([b.script] + cmd[2:])}", flush=True)
         rc = subprocess.call(cmd, cwd=os.path.dirname(root))
         if rc:
-            print(f"cudnn-compat bench: {name} exited with {rc}", file=sys.stderr)
-            failed.append(name)
+            print(f"cudnn-compat bench: {b.name} exited with {rc}", file=sys.stderr)
+            failed.append(b.name)
     return 1 if failed else 0
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cudnn-compat", description="cuDNN's legacy API on a graph layer: tools")
+    from . import __version__  # the one version (pyproject reads it from cudnn_compat/__init__.py)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="command")
     d = sub.add_parser("doctor", help="what is installed and usable here")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -435,9 +501,13 @@ def _add_trace_commands(sub) -> None:
     e = sub.add_parser("explain", help="graphs, engine choices and decline reasons of a recorded trace")
     e.add_argument("trace")
     e.set_defaults(fn=explain_cmd)
-    b = sub.add_parser("bench", help="run the GPU benchmark scripts under benchmarks/ and print their tables")
-    b.add_argument("names", nargs="*", metavar="NAME", help=f"which: {', '.join(BENCHMARKS)} (default: all that exist)")
-    b.add_argument("--quick", action="store_true", help="pass --quick to each script")
+    b = sub.add_parser("bench", help="run the benchmark scripts under benchmarks/ (a source checkout) and print "
+                                     "their tables")
+    b.add_argument("names", nargs="*", metavar="NAME",
+                   help=f"which: {', '.join(BENCH_BY_NAME)} or a script name (default: all)")
+    b.add_argument("--list", action="store_true", help="list the benchmarks and whether they are found here")
+    b.add_argument("--quick", action="store_true", help="a short run of each (--quick, or fewer calls)")
+    b.add_argument("--dir", help="the benchmarks/ folder (default: the one beside the package in a checkout)")
     b.set_defaults(fn=bench)
 
 

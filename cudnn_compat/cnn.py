@@ -122,11 +122,13 @@ def _check_geometry(pad, stride, dilation, mode, computeType, names=("padA", "fi
 
 @legacy("cudnnCreateConvolutionDescriptor")
 def createConvolutionDescriptor() -> ConvolutionDescriptor:
+    """Allocate a convolution descriptor (002 §5.2.11)."""
     return ConvolutionDescriptor()
 
 
 @legacy("cudnnDestroyConvolutionDescriptor")
 def destroyConvolutionDescriptor(convDesc) -> None:
+    """Free a convolution descriptor (002 §5.2.12)."""
     conv_desc(convDesc, need_set=False).destroy()
 
 
@@ -175,6 +177,7 @@ def getConvolutionNdDescriptor(convDesc, arrayLengthRequested: int = DIM_MAX - 2
 
 @legacy("cudnnSetConvolutionGroupCount")
 def setConvolutionGroupCount(convDesc, groupCount: int) -> None:
+    """Set the number of groups of a grouped convolution (002 §5.2.34)."""
     d = conv_desc(convDesc, need_set=False)
     check(isinstance(groupCount, int) and groupCount >= 1, "groupCount", f"must be an int >= 1, got {groupCount!r}")
     d.groupCount = int(groupCount)
@@ -183,11 +186,13 @@ def setConvolutionGroupCount(convDesc, groupCount: int) -> None:
 
 @legacy("cudnnGetConvolutionGroupCount")
 def getConvolutionGroupCount(convDesc) -> int:
+    """The group count of a convolution descriptor (002 §5.2.25)."""
     return conv_desc(convDesc, need_set=False).groupCount
 
 
 @legacy("cudnnSetConvolutionMathType")
 def setConvolutionMathType(convDesc, mathType) -> None:
+    """Set the math type (Tensor Core policy) of a convolution descriptor (002 §5.2.35)."""
     d = conv_desc(convDesc, need_set=False)
     check(is_valid("cudnnMathType_t", mathType), "mathType", f"{mathType!r} is not a cudnnMathType_t")
     d.mathType = int(mathType)
@@ -196,11 +201,13 @@ def setConvolutionMathType(convDesc, mathType) -> None:
 
 @legacy("cudnnGetConvolutionMathType")
 def getConvolutionMathType(convDesc) -> int:
+    """The math type of a convolution descriptor (002 §5.2.26)."""
     return conv_desc(convDesc, need_set=False).mathType
 
 
 @legacy("cudnnSetConvolutionReorderType")
 def setConvolutionReorderType(convDesc, reorderType) -> None:
+    """Set the filter/bias reorder type of a convolution descriptor (002 §5.2.37)."""
     d = conv_desc(convDesc, need_set=False)
     check(is_valid("cudnnReorderType_t", reorderType), "reorderType", f"{reorderType!r} is not a cudnnReorderType_t")
     d.reorderType = int(reorderType)
@@ -209,6 +216,7 @@ def setConvolutionReorderType(convDesc, reorderType) -> None:
 
 @legacy("cudnnGetConvolutionReorderType")
 def getConvolutionReorderType(convDesc) -> int:
+    """The reorder type of a convolution descriptor (002 §5.2.29)."""
     return conv_desc(convDesc, need_set=False).reorderType
 
 
@@ -618,16 +626,19 @@ def _workspace_size(dr: Direction, handle, first_desc, second_desc, convDesc, ou
 
 @legacy("cudnnGetConvolutionForwardAlgorithmMaxCount")
 def getConvolutionForwardAlgorithmMaxCount(handle) -> int:
+    """The largest number of results the forward algorithm queries return (002 §5.2.22)."""
     return _max_count(FWD, handle)
 
 
 @legacy("cudnnGetConvolutionBackwardDataAlgorithmMaxCount")
 def getConvolutionBackwardDataAlgorithmMaxCount(handle) -> int:
+    """The largest number of results the backward-data algorithm queries return (002 §5.2.19)."""
     return _max_count(BWD_DATA, handle)
 
 
 @legacy("cudnnGetConvolutionBackwardFilterAlgorithmMaxCount")
 def getConvolutionBackwardFilterAlgorithmMaxCount(handle) -> int:
+    """The largest number of results the backward-filter algorithm queries return (002 §6.2.12)."""
     return _max_count(BWD_FILTER, handle)
 
 

@@ -118,11 +118,13 @@ def ctc_desc(arg, argname: str = "ctcLossDesc") -> CTCLossDescriptor:
 
 @legacy("cudnnCreateCTCLossDescriptor")
 def createCTCLossDescriptor() -> CTCLossDescriptor:
+    """Allocate a CTC loss descriptor (002 §8.2.2)."""
     return CTCLossDescriptor()
 
 
 @legacy("cudnnDestroyCTCLossDescriptor")
 def destroyCTCLossDescriptor(ctcLossDesc) -> None:
+    """Free a CTC loss descriptor (002 §8.2.5)."""
     resolve(ctcLossDesc, CTCLossDescriptor, "ctcLossDesc", need_set=False).destroy()
 
 
@@ -148,11 +150,13 @@ def setCTCLossDescriptor(ctcLossDesc, compType) -> None:
 
 @legacy("cudnnSetCTCLossDescriptorEx")
 def setCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode) -> None:
+    """Set a CTC loss descriptor: compute type, normalization mode and gradient mode (002 §8.2.26)."""
     _set(ctcLossDesc, compType, normMode, gradMode, 0, False)
 
 
 @legacy("cudnnSetCTCLossDescriptor_v8")
 def setCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength) -> None:
+    """Set a CTC loss descriptor with a maximum label length (002 §8.2.27)."""
     _set(ctcLossDesc, compType, normMode, gradMode, maxLabelLength, True)
 
 

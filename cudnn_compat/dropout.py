@@ -86,16 +86,19 @@ def _check_states_size(states, stateSizeInBytes):
 
 @legacy("cudnnCreateDropoutDescriptor")
 def createDropoutDescriptor() -> DropoutDescriptor:
+    """Allocate a dropout descriptor (002 §3.2.9)."""
     return DropoutDescriptor()
 
 
 @legacy("cudnnDestroyDropoutDescriptor")
 def destroyDropoutDescriptor(dropoutDesc) -> None:
+    """Free a dropout descriptor (002 §3.2.24)."""
     resolve(dropoutDesc, DropoutDescriptor, "dropoutDesc", need_set=False).destroy()
 
 
 @legacy("cudnnDropoutGetStatesSize")
 def dropoutGetStatesSize(handle) -> int:
+    """Bytes of the random-number state buffer dropout needs (002 §3.2.36)."""
     get_handle(handle)
     return STATES_SIZE
 
@@ -272,6 +275,8 @@ def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceS
 
 @legacy("cudnnDropoutForward")
 def dropoutForward(handle, dropoutDesc, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes) -> None:
+    """Dropout forward: zero about a fraction p of x, scale the rest by 1/(1-p), mask kept in reserveSpace
+    (002 §3.2.34)."""
     h = get_handle(handle)
     d = dropout_desc(dropoutDesc)
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
@@ -280,6 +285,7 @@ def dropoutForward(handle, dropoutDesc, xDesc, x, yDesc, y, reserveSpace, reserv
 
 @legacy("cudnnDropoutBackward")
 def dropoutBackward(handle, dropoutDesc, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes) -> None:
+    """Dropout backward: dx from dy and the mask saved in reserveSpace (002 §4.1.7)."""
     h = get_handle(handle)
     d = dropout_desc(dropoutDesc)
     dyd, dxd = tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")

@@ -1,5 +1,5 @@
 """``cudnn-compat explain TRACE``: after the fact, what ``CUDNN_COMPAT_LOG=info`` says live
-(architecture.md "Explain"; seed 004's complaint that the backend API is hard to debug).
+(docs/tools.md "Explain"; cuDNN 8 users' complaint that the backend API is hard to debug).
 
 For each call signature (plan-cache key) of a trace recorded by ``trace.py``: the functions that
 used it and how often, the graph built, the engines in heuristics order with the plain-language

@@ -259,21 +259,25 @@ def createFusedOpsConstParamPack(ops) -> FusedOpsConstParamPack:
 
 @legacy("cudnnDestroyFusedOpsConstParamPack")
 def destroyFusedOpsConstParamPack(constPack) -> None:
+    """Free a fused-ops constant parameter pack (002 §6.2.6)."""
     resolve(constPack, FusedOpsConstParamPack, "constPack").destroy()
 
 
 @legacy("cudnnCreateFusedOpsVariantParamPack")
 def createFusedOpsVariantParamPack(ops) -> FusedOpsVariantParamPack:
+    """Create a fused-ops variant (pointer) parameter pack (002 §6.2.5)."""
     return FusedOpsVariantParamPack(_check_ops(ops))
 
 
 @legacy("cudnnDestroyFusedOpsVariantParamPack")
 def destroyFusedOpsVariantParamPack(varPack) -> None:
+    """Free a fused-ops variant parameter pack (002 §6.2.8)."""
     resolve(varPack, FusedOpsVariantParamPack, "varPack").destroy()
 
 
 @legacy("cudnnCreateFusedOpsPlan")
 def createFusedOpsPlan(ops) -> FusedOpsPlan:
+    """Create a fused-ops plan for a cudnnFusedOps_t sequence (002 §6.2.4)."""
     return FusedOpsPlan(_check_ops(ops))
 
 

@@ -1,4 +1,4 @@
-"""Fusion across legacy calls (architecture.md "Beyond the legacy API: Fusion").
+"""Fusion across legacy calls (docs/tools.md "Fusion across calls").
 
     with cudnn_compat.fuse(handle):
         cudnnConvolutionForward(h, 1, xd, x, wd, w, cd, algo, ws, wss, 0, yd, y)

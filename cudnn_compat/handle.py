@@ -51,6 +51,7 @@ def create(place: "str | None" = None) -> Handle:
 
 @legacy("cudnnDestroy")
 def destroy(handle) -> None:
+    """Release the handle (002 §3.2.20)."""
     h = get_handle(handle)
     if h.place == "gpu":
         import cupy
@@ -94,11 +95,13 @@ def getVersion() -> int:
 
 @legacy("cudnnGetErrorString")
 def getErrorString(status: int) -> str:
+    """The name of a status code; CUDNN_UNKNOWN_STATUS for an unknown one (002 §3.2.44)."""
     return _getErrorString(status)
 
 
 @legacy("cudnnGetProperty")
 def getProperty(type: int) -> int:
+    """MAJOR_VERSION, MINOR_VERSION or PATCH_LEVEL of the library (002 §3.2.54)."""
     if type not in ENUMS["libraryPropertyType"].values():
         raise CuDNNError(CUDNN_STATUS_INVALID_VALUE, "type", f"must be a libraryPropertyType (0, 1 or 2), got {type!r}")
     return _PROPERTIES[int(type)]

@@ -81,6 +81,7 @@ def createLRNDescriptor() -> LRNDescriptor:
 
 @legacy("cudnnDestroyLRNDescriptor")
 def destroyLRNDescriptor(lrnDesc) -> None:
+    """Free an LRN descriptor (002 §3.2.26)."""
     resolve(lrnDesc, LRNDescriptor, "lrnDesc", need_set=False).destroy()
 
 

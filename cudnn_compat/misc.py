@@ -165,6 +165,8 @@ def setCallback(mask, udata=None, fptr=None) -> None:
     with _lock:
         _uninstall(log)
         _STATE.update(mask=int(mask), udata=udata, fptr=fptr)
+        from ._logging import follow_mask
+        follow_mask(int(mask))  # per-call records (API calls, failed calls) while INFO or ERROR is on
         if not mask and fptr is None:
             return
         floor = log.getEffectiveLevel()

@@ -7,7 +7,7 @@ writing a virtual result, blended into C.  SQRT and NOT read A only (B's descrip
 still checked, its data never read).  NOT is ``1 - alpha1*A``: 002 calls it "negation";
 libcudnn 9.19 on an H100 gave NOT(A) = 1 - alpha1*A for A = [1, 2, -1, 0, 0.5, NaN, -inf]
 with alpha1 in {1, 2, -1} and B ignored, as does the GPU test ``test_not`` of
-coreylowman/cudarc (src/cudnn/tensor_ops.rs): docs/graph_ops.md "NOT" has the evidence.
+coreylowman/cudarc (src/cudnn/tensor_ops.rs): docs/graph_ops.md "CUDNN_OP_TENSOR_NOT is 1" has the evidence.
 
 Rules (002 §3.2.68 Returns, with the statuses libcudnn 9.19 gave for the cases 002 leaves open):
   BAD_PARAM      A's dims differ from C's; B's are not C's-or-1; fewer than 4 dims; C's data
@@ -103,6 +103,7 @@ def getOpTensorDescriptor(opTensorDesc) -> tuple:
 
 @legacy("cudnnDestroyOpTensorDescriptor")
 def destroyOpTensorDescriptor(opTensorDesc) -> None:
+    """Free an op-tensor descriptor (002 §3.2.27)."""
     resolve(opTensorDesc, OpTensorDescriptor, "opTensorDesc", need_set=False).destroy()
 
 

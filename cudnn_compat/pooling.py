@@ -103,11 +103,13 @@ def _check_positive(vals, argname):
 
 @legacy("cudnnCreatePoolingDescriptor")
 def createPoolingDescriptor() -> PoolingDescriptor:
+    """Allocate a pooling descriptor (002 §3.2.13)."""
     return PoolingDescriptor()
 
 
 @legacy("cudnnDestroyPoolingDescriptor")
 def destroyPoolingDescriptor(poolingDesc) -> None:
+    """Free a pooling descriptor (002 §3.2.28)."""
     resolve(poolingDesc, PoolingDescriptor, "poolingDesc", need_set=False).destroy()
 
 

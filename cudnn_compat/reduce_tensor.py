@@ -107,6 +107,7 @@ def getReduceTensorDescriptor(reduceTensorDesc) -> tuple:
 
 @legacy("cudnnDestroyReduceTensorDescriptor")
 def destroyReduceTensorDescriptor(reduceTensorDesc) -> None:
+    """Free a reduce-tensor descriptor (002 §3.2.29)."""
     resolve(reduceTensorDesc, ReduceTensorDescriptor, "reduceTensorDesc", need_set=False).destroy()
 
 

@@ -1,4 +1,4 @@
-"""Replay a recorded trace on an engine, or compare two traces (architecture.md "Record and replay").
+"""Replay a recorded trace on an engine, or compare two traces (docs/tools.md "Record and replay").
 
     cudnn-compat replay TRACE --engine reference|cupy|cudnn|legacy|default [--tol DTYPE[:MATH]=RTOL,ATOL]
     cudnn-compat diff A B

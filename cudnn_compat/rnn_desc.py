@@ -148,17 +148,20 @@ def _check_math_prec(dataType, mathPrec, argname="mathPrec"):
 
 @legacy("cudnnCreateRNNDescriptor")
 def createRNNDescriptor() -> RNNDescriptor:
+    """Allocate an RNN descriptor (002 §7.2.6)."""
     return RNNDescriptor()
 
 
 @legacy("cudnnDestroyRNNDescriptor")
 def destroyRNNDescriptor(rnnDesc) -> None:
+    """Free an RNN descriptor (002 §7.2.11)."""
     rnn_desc(rnnDesc, need_set=False).destroy()
 
 
 @legacy("cudnnSetRNNDescriptor_v8")
 def setRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType,
                         inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags) -> None:
+    """Set a v8 RNN descriptor: algorithm, cell, bias, direction, input mode, types and sizes (002 §7.2.49)."""
     d = rnn_desc(rnnDesc, need_set=False)
     algo = _enum("cudnnRNNAlgo_t", algo, "algo")
     cellMode = _enum("cudnnRNNMode_t", cellMode, "cellMode")
@@ -266,6 +269,7 @@ def _changed(d):
 
 @legacy("cudnnSetRNNMatrixMathType")
 def setRNNMatrixMathType(rnnDesc, mType) -> None:
+    """Set the math type (Tensor Core policy) of an RNN descriptor (002 §7.2.50)."""
     d = rnn_desc(rnnDesc, need_set=False)
     d.mathType = _enum("cudnnMathType_t", mType, "mType")
     _changed(d)
@@ -273,11 +277,13 @@ def setRNNMatrixMathType(rnnDesc, mType) -> None:
 
 @legacy("cudnnGetRNNMatrixMathType")
 def getRNNMatrixMathType(rnnDesc) -> int:
+    """The math type of an RNN descriptor (002 §7.2.26)."""
     return rnn_desc(rnnDesc, need_set=False).mathType
 
 
 @legacy("cudnnSetRNNBiasMode")
 def setRNNBiasMode(rnnDesc, biasMode) -> None:
+    """Set the bias mode of an RNN descriptor (002 §7.2.46)."""
     d = rnn_desc(rnnDesc, need_set=False)
     biasMode = _enum("cudnnRNNBiasMode_t", biasMode, "biasMode")
     _check_bias_algo(biasMode, d.algo)
@@ -287,11 +293,13 @@ def setRNNBiasMode(rnnDesc, biasMode) -> None:
 
 @legacy("cudnnGetRNNBiasMode")
 def getRNNBiasMode(rnnDesc) -> int:
+    """The bias mode of an RNN descriptor (002 §7.2.18)."""
     return rnn_desc(rnnDesc, need_set=False).biasMode
 
 
 @legacy("cudnnSetRNNPaddingMode")
 def setRNNPaddingMode(rnnDesc, paddingMode) -> None:
+    """Enable or disable padded input/output of an RNN descriptor (002 §7.2.51)."""
     d = rnn_desc(rnnDesc, need_set=False)
     mode = _enum("cudnnRNNPaddingMode_t", paddingMode, "paddingMode")
     d.auxFlags = (d.auxFlags & ~PADDED_IO) | (PADDED_IO if mode == PADDED_IO else 0)
@@ -300,6 +308,7 @@ def setRNNPaddingMode(rnnDesc, paddingMode) -> None:
 
 @legacy("cudnnGetRNNPaddingMode")
 def getRNNPaddingMode(rnnDesc) -> int:
+    """The padding mode of an RNN descriptor (002 §7.2.27)."""
     return PADDED_IO if rnn_desc(rnnDesc, need_set=False).auxFlags & PADDED_IO else E["CUDNN_RNN_PADDED_IO_DISABLED"]
 
 
@@ -342,6 +351,7 @@ def RNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip) -> None:
 
 @legacy("cudnnRNNSetClip", cupy="RNNSetClip")
 def RNNSetClip(handle, rnnDesc, clipMode, clipNanOpt, lclip, rclip) -> None:
+    """Set the LSTM cell clipping of an RNN descriptor, legacy form taking a handle (002 §7.2.41)."""
     get_handle(handle)
     _set_clip(rnn_desc(rnnDesc), clipMode, clipNanOpt, lclip, rclip)
 
@@ -355,6 +365,7 @@ def RNNGetClip_v8(rnnDesc) -> tuple:
 
 @legacy("cudnnRNNGetClip", cupy="RNNGetClip")
 def RNNGetClip(handle, rnnDesc) -> tuple:
+    """The LSTM cell clipping of an RNN descriptor, legacy form taking a handle (002 §7.2.39)."""
     get_handle(handle)
     return RNNGetClip_v8(rnnDesc)
 
@@ -363,6 +374,7 @@ def RNNGetClip(handle, rnnDesc) -> tuple:
 
 @legacy("cudnnCreatePersistentRNNPlan")
 def createPersistentRNNPlan(rnnDesc, minibatch, dataType) -> PersistentRNNPlan:
+    """Create a persistent RNN plan for a minibatch size (002 §7.2.4)."""
     d = rnn_desc(rnnDesc)
     _positive(minibatch, "minibatch")
     dataType = _enum("cudnnDataType_t", dataType, "dataType")
@@ -373,6 +385,7 @@ def createPersistentRNNPlan(rnnDesc, minibatch, dataType) -> PersistentRNNPlan:
 
 @legacy("cudnnSetPersistentRNNPlan")
 def setPersistentRNNPlan(rnnDesc, plan) -> None:
+    """Attach a persistent RNN plan to an RNN descriptor (002 §7.2.44)."""
     d = rnn_desc(rnnDesc)
     p = resolve(plan, PersistentRNNPlan, "plan")
     check(d.algo == E["CUDNN_RNN_ALGO_PERSIST_DYNAMIC"], "rnnDesc", "its algo is not CUDNN_RNN_ALGO_PERSIST_DYNAMIC")
@@ -381,6 +394,7 @@ def setPersistentRNNPlan(rnnDesc, plan) -> None:
 
 @legacy("cudnnDestroyPersistentRNNPlan")
 def destroyPersistentRNNPlan(plan) -> None:
+    """Free a persistent RNN plan (002 §7.2.9)."""
     resolve(plan, PersistentRNNPlan, "plan").destroy()
 
 
@@ -396,11 +410,13 @@ def buildRNNDynamic(handle, rnnDesc, miniBatch) -> None:
 
 @legacy("cudnnCreateRNNDataDescriptor")
 def createRNNDataDescriptor() -> RNNDataDescriptor:
+    """Allocate an RNN data descriptor (002 §7.2.5)."""
     return RNNDataDescriptor()
 
 
 @legacy("cudnnDestroyRNNDataDescriptor")
 def destroyRNNDataDescriptor(RNNDataDesc) -> None:
+    """Free an RNN data descriptor (002 §7.2.10)."""
     resolve(RNNDataDesc, RNNDataDescriptor, "RNNDataDesc", need_set=False).destroy()
 
 

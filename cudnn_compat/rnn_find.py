@@ -32,21 +32,25 @@ def _max_count(handle, rnnDesc) -> int:
 
 @legacy("cudnnGetRNNForwardInferenceAlgorithmMaxCount")
 def getRNNForwardInferenceAlgorithmMaxCount(handle, rnnDesc) -> int:
+    """The largest number of results cudnnFindRNNForwardInferenceAlgorithmEx returns (002 §7.2.22)."""
     return _max_count(handle, rnnDesc)
 
 
 @legacy("cudnnGetRNNForwardTrainingAlgorithmMaxCount")
 def getRNNForwardTrainingAlgorithmMaxCount(handle, rnnDesc) -> int:
+    """The largest number of results cudnnFindRNNForwardTrainingAlgorithmEx returns (002 §7.2.23)."""
     return _max_count(handle, rnnDesc)
 
 
 @legacy("cudnnGetRNNBackwardDataAlgorithmMaxCount")
 def getRNNBackwardDataAlgorithmMaxCount(handle, rnnDesc) -> int:
+    """The largest number of results cudnnFindRNNBackwardDataAlgorithmEx returns (002 §7.2.17)."""
     return _max_count(handle, rnnDesc)
 
 
 @legacy("cudnnGetRNNBackwardWeightsAlgorithmMaxCount")
 def getRNNBackwardWeightsAlgorithmMaxCount(handle, rnnDesc) -> int:
+    """The largest number of results cudnnFindRNNBackwardWeightsAlgorithmEx returns (002 Table 4, deprecated)."""
     return _max_count(handle, rnnDesc)
 
 
@@ -101,6 +105,7 @@ def findRNNForwardInferenceAlgorithmEx(handle, rnnDesc, seqLength, xDesc, x, hxD
 def findRNNForwardTrainingAlgorithmEx(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc,
                                       y, hyDesc, hy, cyDesc, cy, findIntensity, requestedAlgoCount, workspace,
                                       workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes) -> list:
+    """Time the RNN forward-training algorithms on the given buffers (002 §8.2.8)."""
     return _find(handle, requestedAlgoCount, workSpaceSizeInBytes, L.RNNForwardTraining, rnnDesc, seqLength, xDesc,
                  x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workspace, workSpaceSizeInBytes,
                  reserveSpace, reserveSpaceSizeInBytes)
@@ -111,6 +116,7 @@ def findRNNBackwardDataAlgorithmEx(handle, rnnDesc, seqLength, yDesc, y, dyDesc,
                                    w, hxDesc, hx, cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, findIntensity,
                                    requestedAlgoCount, workspace, workSpaceSizeInBytes, reserveSpace,
                                    reserveSpaceSizeInBytes) -> list:
+    """Time the RNN backward-data algorithms on the given buffers (002 §8.2.6)."""
     return _find(handle, requestedAlgoCount, workSpaceSizeInBytes, L.RNNBackwardData, rnnDesc, seqLength, yDesc, y,
                  dyDesc, dy, dhyDesc, dhy, dcyDesc, dcy, wDesc, w, hxDesc, hx, cxDesc, cx, dxDesc, dx, dhxDesc, dhx,
                  dcxDesc, dcx, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes)

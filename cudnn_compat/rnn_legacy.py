@@ -124,6 +124,7 @@ def _legacy_size_geometry(d, seqLength, xDesc):
 
 @legacy("cudnnGetRNNWorkspaceSize")
 def getRNNWorkspaceSize(handle, rnnDesc, seqLength, xDesc) -> int:
+    """Bytes of workspace the legacy RNN calls need (002 §7.2.33)."""
     get_handle(handle)
     cfg, geo = _legacy_size_geometry(rnn_desc(rnnDesc), seqLength, xDesc)
     return spaces(cfg, geo).ws_size
@@ -131,6 +132,7 @@ def getRNNWorkspaceSize(handle, rnnDesc, seqLength, xDesc) -> int:
 
 @legacy("cudnnGetRNNTrainingReserveSize")
 def getRNNTrainingReserveSize(handle, rnnDesc, seqLength, xDesc) -> int:
+    """Bytes of reserve space the legacy RNN training calls need (002 §8.2.14)."""
     get_handle(handle)
     cfg, geo = _legacy_size_geometry(rnn_desc(rnnDesc), seqLength, xDesc)
     return spaces(cfg, geo).rs_size
@@ -163,6 +165,7 @@ def _forward(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc
 @legacy("cudnnRNNForwardInference", cupy="RNNForwardInference")
 def RNNForwardInference(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy,
                         cyDesc, cy, workspace, workSpaceSizeInBytes) -> None:
+    """Legacy RNN forward inference with packed per-step tensor descriptors (002 §7.2.37)."""
     _forward(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy,
              workspace, workSpaceSizeInBytes, None, 0, False)
 
@@ -170,6 +173,7 @@ def RNNForwardInference(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc
 @legacy("cudnnRNNForwardTraining", cupy="RNNForwardTraining")
 def RNNForwardTraining(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy,
                        cyDesc, cy, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes) -> None:
+    """Legacy RNN forward training; fills reserveSpace for the backward calls (002 §8.2.23)."""
     _forward(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy,
              workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, True)
 
@@ -178,6 +182,7 @@ def RNNForwardTraining(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc,
 def RNNForwardInferenceEx(handle, rnnDesc, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy,
                           kDesc, keys, cDesc, cAttn, iDesc, iAttn, qDesc, queries, workSpace,
                           workSpaceSizeInBytes) -> None:
+    """Legacy RNN forward inference with RNN data (padded) layouts (002 §7.2.38)."""
     _no_attention(kDesc=kDesc, keys=keys, cDesc=cDesc, cAttn=cAttn, iDesc=iDesc, iAttn=iAttn, qDesc=qDesc, queries=queries)
     _forward(handle, rnnDesc, None, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy,
              workSpace, workSpaceSizeInBytes, None, 0, False, ex=True)
@@ -187,6 +192,7 @@ def RNNForwardInferenceEx(handle, rnnDesc, xDesc, x, hxDesc, hx, cxDesc, cx, wDe
 def RNNForwardTrainingEx(handle, rnnDesc, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy,
                          kDesc, keys, cDesc, cAttn, iDesc, iAttn, qDesc, queries, workSpace, workSpaceSizeInBytes,
                          reserveSpace, reserveSpaceSizeInBytes) -> None:
+    """Legacy RNN forward training with RNN data (padded) layouts (002 §8.2.24)."""
     _no_attention(kDesc=kDesc, keys=keys, cDesc=cDesc, cAttn=cAttn, iDesc=iDesc, iAttn=iAttn, qDesc=qDesc, queries=queries)
     _forward(handle, rnnDesc, None, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy,
              workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, True, ex=True)
@@ -220,6 +226,7 @@ def _backward_data(handle, rnnDesc, seqLength, yDesc, y, dyDesc, dy, dhyDesc, dh
 def RNNBackwardData(handle, rnnDesc, seqLength, yDesc, y, dyDesc, dy, dhyDesc, dhy, dcyDesc, dcy, wDesc, w, hxDesc, hx,
                     cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, workspace, workSpaceSizeInBytes, reserveSpace,
                     reserveSpaceSizeInBytes) -> None:
+    """Legacy RNN backward data: dx, dhx, dcx from dy and reserveSpace (002 §8.2.17)."""
     _backward_data(handle, rnnDesc, seqLength, yDesc, y, dyDesc, dy, dhyDesc, dhy, dcyDesc, dcy, wDesc, w, hxDesc, hx,
                    cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, workspace, workSpaceSizeInBytes, reserveSpace,
                    reserveSpaceSizeInBytes)
@@ -229,6 +236,7 @@ def RNNBackwardData(handle, rnnDesc, seqLength, yDesc, y, dyDesc, dy, dhyDesc, d
 def RNNBackwardDataEx(handle, rnnDesc, yDesc, y, dyDesc, dy, dcDesc, dcAttn, dhyDesc, dhy, dcyDesc, dcy, wDesc, w,
                       hxDesc, hx, cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, dkDesc, dkeys, workSpace,
                       workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes) -> None:
+    """Legacy RNN backward data with RNN data (padded) layouts (002 §8.2.19)."""
     _no_attention(dcDesc=dcDesc, dcAttn=dcAttn, dkDesc=dkDesc, dkeys=dkeys)
     _backward_data(handle, rnnDesc, None, yDesc, y, dyDesc, dy, dhyDesc, dhy, dcyDesc, dcy, wDesc, w, hxDesc, hx,
                    cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, workSpace, workSpaceSizeInBytes, reserveSpace,
@@ -256,6 +264,7 @@ def _backward_weights(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, yDesc, y
 @legacy("cudnnRNNBackwardWeights", cupy="RNNBackwardWeights")
 def RNNBackwardWeights(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, yDesc, y, workspace, workSpaceSizeInBytes,
                        dwDesc, dw, reserveSpace, reserveSpaceSizeInBytes) -> None:
+    """Legacy RNN weight gradients, added into dw (002 §8.2.20)."""
     _backward_weights(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, yDesc, y, workspace, workSpaceSizeInBytes,
                       dwDesc, dw, reserveSpace, reserveSpaceSizeInBytes)
 
@@ -263,5 +272,6 @@ def RNNBackwardWeights(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, yDesc, 
 @legacy("cudnnRNNBackwardWeightsEx", cupy="RNNBackwardWeightsEx")
 def RNNBackwardWeightsEx(handle, rnnDesc, xDesc, x, hxDesc, hx, yDesc, y, workSpace, workSpaceSizeInBytes, dwDesc, dw,
                          reserveSpace, reserveSpaceSizeInBytes) -> None:
+    """Legacy RNN weight gradients with RNN data layouts, added into dw (002 §8.2.22)."""
     _backward_weights(handle, rnnDesc, None, xDesc, x, hxDesc, hx, yDesc, y, workSpace, workSpaceSizeInBytes, dwDesc,
                       dw, reserveSpace, reserveSpaceSizeInBytes, ex=True)

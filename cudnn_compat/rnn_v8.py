@@ -173,6 +173,7 @@ def getRNNTempSpaceSizes(handle, rnnDesc, fMode, xDesc) -> tuple:
 @legacy("cudnnRNNForward", cupy="RNNForward")
 def RNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy,
                weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace) -> None:
+    """v8 RNN forward, inference or training (fwdMode), over RNN data descriptors (002 §7.2.36)."""
     h = get_handle(handle)
     d = rnn_for_call(rnnDesc)
     check(fwdMode in (FWD_INFERENCE, FWD_TRAINING), "fwdMode", f"{fwdMode!r} is not a cudnnForwardMode_t")

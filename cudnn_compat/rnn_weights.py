@@ -53,6 +53,7 @@ def _check_fits(cfg, size_bytes, argname):
 
 @legacy("cudnnGetRNNWeightSpaceSize")
 def getRNNWeightSpaceSize(handle, rnnDesc) -> int:
+    """Bytes of the weight space of a v8 RNN descriptor (002 §7.2.32)."""
     get_handle(handle)
     return weight_space_size(config_of(v8_desc(rnnDesc)))
 
@@ -98,6 +99,7 @@ def legacy_config(d, xDesc, argname="xDesc"):
 
 @legacy("cudnnGetRNNParamsSize")
 def getRNNParamsSize(handle, rnnDesc, xDesc, dataType) -> int:
+    """Bytes of the legacy weight buffer for an RNN descriptor and input descriptor (002 §7.2.28)."""
     get_handle(handle)
     cfg, xd = legacy_config(rnn_desc(rnnDesc), xDesc)
     check(int(dataType) == DTYPE_CODE[cfg.dtype], "dataType", "must be the data type of xDesc")

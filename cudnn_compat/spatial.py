@@ -71,11 +71,13 @@ def st_desc(arg, argname: str = "stDesc") -> SpatialTransformerDescriptor:
 
 @legacy("cudnnCreateSpatialTransformerDescriptor")
 def createSpatialTransformerDescriptor() -> SpatialTransformerDescriptor:
+    """Allocate a spatial transformer descriptor (002 §3.2.15)."""
     return SpatialTransformerDescriptor()
 
 
 @legacy("cudnnDestroySpatialTransformerDescriptor")
 def destroySpatialTransformerDescriptor(stDesc) -> None:
+    """Free a spatial transformer descriptor (002 §3.2.30)."""
     resolve(stDesc, SpatialTransformerDescriptor, "stDesc", need_set=False).destroy()
 
 

@@ -146,16 +146,19 @@ def filter_desc(arg, argname: str) -> FilterDescriptor:
 
 @legacy("cudnnCreateTensorDescriptor")
 def createTensorDescriptor() -> TensorDescriptor:
+    """Allocate a tensor descriptor, not yet set (002 §3.2.16)."""
     return TensorDescriptor()
 
 
 @legacy("cudnnDestroyTensorDescriptor")
 def destroyTensorDescriptor(tensorDesc) -> None:
+    """Free a tensor descriptor (002 §3.2.31)."""
     tensor_desc(tensorDesc, "tensorDesc", need_set=False).destroy()
 
 
 @legacy("cudnnSetTensor4dDescriptor")
 def setTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w) -> None:
+    """Set a packed 4-D tensor descriptor from a format (NCHW, NHWC, NCHW_VECT_C) (002 §3.2.91)."""
     d = tensor_desc(tensorDesc, "tensorDesc", need_set=False)
     _check_format(format)
     _check_dtype(dataType)
@@ -167,6 +170,7 @@ def setTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w) -> None:
 
 @legacy("cudnnSetTensor4dDescriptorEx")
 def setTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride) -> None:
+    """Set a 4-D tensor descriptor with explicit strides (002 §3.2.92)."""
     d = tensor_desc(tensorDesc, "tensorDesc", need_set=False)
     _check_dtype(dataType)
     check(int(dataType) not in VECTOR_WIDTH, "dataType", "vector types need cudnnSetTensor4dDescriptor with NCHW_VECT_C")
@@ -184,6 +188,7 @@ def _check_nb_dims(nbDims, lo=3):
 
 @legacy("cudnnSetTensorNdDescriptor")
 def setTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA) -> None:
+    """Set an N-d tensor descriptor from dimensions and strides (002 §3.2.93)."""
     d = tensor_desc(tensorDesc, "tensorDesc", need_set=False)
     _check_dtype(dataType)
     check(int(dataType) not in VECTOR_WIDTH, "dataType", "vector types need a format (cudnnSetTensorNdDescriptorEx)")
@@ -197,6 +202,7 @@ def setTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA) -> None:
 
 @legacy("cudnnSetTensorNdDescriptorEx")
 def setTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA) -> None:
+    """Set a packed N-d tensor descriptor from a format (002 §3.2.94)."""
     d = tensor_desc(tensorDesc, "tensorDesc", need_set=False)
     _check_format(format)
     _check_dtype(dataType)
@@ -237,11 +243,13 @@ def getTensorSizeInBytes(tensorDesc) -> int:
 
 @legacy("cudnnCreateFilterDescriptor")
 def createFilterDescriptor() -> FilterDescriptor:
+    """Allocate a filter descriptor (002 §3.2.10)."""
     return FilterDescriptor()
 
 
 @legacy("cudnnDestroyFilterDescriptor")
 def destroyFilterDescriptor(filterDesc) -> None:
+    """Free a filter descriptor (002 §3.2.25)."""
     resolve(filterDesc, FilterDescriptor, "filterDesc", need_set=False).destroy()
 
 
@@ -253,6 +261,7 @@ def setFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w) -> None:
 
 @legacy("cudnnSetFilterNdDescriptor")
 def setFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA) -> None:
+    """Set an N-d filter descriptor: data type, format and dimensions (002 §3.2.82)."""
     d = resolve(filterDesc, FilterDescriptor, "filterDesc", need_set=False)
     _check_dtype(dataType)
     _check_format(format)
@@ -281,6 +290,7 @@ def getFilterNdDescriptor(filterDesc, nbDimsRequested: int = DIM_MAX) -> tuple:
 
 @legacy("cudnnGetFilterSizeInBytes")
 def getFilterSizeInBytes(filterDesc) -> int:
+    """Bytes needed to hold a filter described by the descriptor (002 §3.2.47)."""
     from ._data import extent_bytes
     d = filter_desc(filterDesc, "filterDesc")
     return extent_bytes(Tensor(0, d.dims, d.strides, d.dtype))

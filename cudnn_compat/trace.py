@@ -1,4 +1,4 @@
-"""Record every legacy call to a JSON-lines trace (architecture.md "Record and replay").
+"""Record every legacy call to a JSON-lines trace (docs/tools.md "Record and replay").
 
     CUDNN_COMPAT_TRACE=run.jsonl [CUDNN_COMPAT_TRACE_TENSORS=1] python job.py
     with cudnn_compat.trace("run.jsonl", tensors=True): ...

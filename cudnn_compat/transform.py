@@ -113,11 +113,13 @@ def _ints(values, n: int, argname: str, default: int, lo=None) -> tuple:
 
 @legacy("cudnnCreateTensorTransformDescriptor")
 def createTensorTransformDescriptor() -> TensorTransformDescriptor:
+    """Allocate a tensor transform (fold, pad, format) descriptor (002 §3.2.17)."""
     return TensorTransformDescriptor()
 
 
 @legacy("cudnnDestroyTensorTransformDescriptor")
 def destroyTensorTransformDescriptor(transformDesc) -> None:
+    """Free a tensor-transform descriptor (002 §3.2.32)."""
     resolve(transformDesc, TensorTransformDescriptor, "transformDesc", need_set=False).destroy()
 
 

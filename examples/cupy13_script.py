@@ -4,19 +4,41 @@ for CuPy <= 13 did.  CuPy 14 removed those modules; run the script unchanged thr
 
     python -m cudnn_compat.run examples/cupy13_script.py                # CuPy 14 with a GPU
     python -m cudnn_compat.run --allow-stub examples/cupy13_script.py   # no CuPy at all: NumPy, CPU
+    python examples/cupy13_script.py --allow-stub                       # the same (the script installs the shim)
+
+Without CuPy and without --allow-stub it says so in one line on stderr and exits with status 2.
 
 The two helpers below are the only concession to running without a GPU: with no usable CUDA
 device (or ``CUDNN_COMPAT_DEVICE=cpu``) cudnn-compat's handles run on the CPU reference engine,
 which works on NumPy arrays, so the script builds its arrays with NumPy there.
 """
 import os
+import sys
 import warnings
 
 import numpy
 
-import cupy
-import cupy.cuda.cudnn as libcudnn
-import cupyx.cudnn as cudnn
+if __name__ == "__main__" and "--allow-stub" in sys.argv[1:]:  # no CuPy: cudnn-compat's stand-in modules
+    sys.argv.remove("--allow-stub")
+    from cudnn_compat import install_cupy_shim
+    install_cupy_shim(allow_stub=True)
+try:
+    import cupy
+    import cupy.cuda.cudnn as libcudnn
+    import cupyx.cudnn as cudnn
+except ImportError as _e:  # run as a script without CuPy 13's cuDNN modules: one line, exit status 2
+    if __name__ != "__main__":
+        raise
+    _script = os.path.basename(sys.argv[0] or __file__)
+    try:
+        import cupy as _cupy
+        _why = (f"CuPy {getattr(_cupy, '__version__', '?')} has no cupy.cuda.cudnn "
+                f"(CuPy 14 removed it): run it as `python -m cudnn_compat.run {_script}`, or pass --allow-stub")
+    except ImportError:
+        _why = ("CuPy is not installed: install cudnn-compat with a CUDA extra, `pip install 'cudnn-compat[cuda12]'` "
+                "or `pip install 'cudnn-compat[cuda13]'`, or pass --allow-stub to run it on the CPU with NumPy")
+    print(f"{_script}: {_why}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def array_module():

@@ -447,7 +447,7 @@ class ResNet50:
                 p[...] = self.net.put(v.reshape(shape), p.dtype) if shape else self.net.xp.asarray(
                     v.reshape(p.shape).astype(p.dtype))
 
-    def input(self, x_nchw) -> "array":
+    def input(self, x_nchw):
         """A NumPy N,C,H,W batch as an array on the place, in the layout and data type."""
         return self.net.put(x_nchw)
 

@@ -1,4 +1,4 @@
-"""The cudnn-compat command: doctor and demo (architecture.md "cudnn-compat doctor / demo")."""
+"""The cudnn-compat command: doctor and demo (docs/tools.md "The command line")."""
 import json
 import os
 import subprocess

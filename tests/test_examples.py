@@ -284,3 +284,59 @@ def test_chainer_style_cnn_matches_torch(monkeypatch, cupy_names, dtype, tol):
     assert abs(out["loss"] - loss.item()) <= tol * max(1.0, abs(loss.item()))
     for name, gname in (("x", "gx"), ("W1", "gW1"), ("b1", "gb1"), ("W2", "gW2"), ("b2", "gb2")):
         close(out[gname], p[name].grad.numpy(), tol)
+
+
+# -- every example as a user runs it: a fresh interpreter, the CPU place -------------------------------
+
+# examples/<name> -> (arguments, a line its output must contain).  The CuPy-style scripts take
+# --allow-stub (cudnn-compat's stand-in cupy modules when CuPy is not installed).
+EXAMPLE_COMMANDS = {
+    "v7_c_style.py": ([], "ran on the cpu place"),
+    "cupy13_script.py": (["--allow-stub"], "on the cpu place"),
+    "chainer_style_cnn.py": (["--allow-stub"], "place: cpu"),
+    "resnet50_legacy.py": (["--place", "cpu", "--batch", "2", "--size", "32", "--width", "0.0625", "--steps", "2",
+                            "--blocks", "1"], "step 1: loss"),
+}
+NEEDS_CUPY = ("cupy13_script.py", "chainer_style_cnn.py")
+
+
+def _script_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDNN_COMPAT_")}
+    env.update(CUDNN_COMPAT_DEVICE="cpu",
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    return env
+
+
+def _run_script(name, args, tmp_path):
+    return subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
+                          env=_script_env(), cwd=str(tmp_path), timeout=300)
+
+
+def test_every_example_has_a_cpu_command():
+    """A new example must say here how it runs on the CPU (so the test below runs it)."""
+    assert set(EXAMPLE_COMMANDS) == {p.name for p in EXAMPLES.glob("*.py")}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_COMMANDS))
+def test_example_runs_as_a_script_on_the_cpu(tmp_path, name):
+    args, expect = EXAMPLE_COMMANDS[name]
+    p = _run_script(name, args, tmp_path)
+    assert p.returncode == 0, f"python examples/{name} {' '.join(args)}:\n{p.stdout}\n{p.stderr}"
+    assert expect in p.stdout, p.stdout
+    assert "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("name", NEEDS_CUPY)
+def test_cupy_example_without_cupy_says_what_to_do_in_one_line(tmp_path, name):
+    """Without CuPy and without --allow-stub: exit status 2 and one line on stderr naming the CUDA
+    extras and --allow-stub, no traceback."""
+    import importlib.util
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here")
+    p = _run_script(name, [], tmp_path)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert lines[0].startswith(f"{name}: ") and "--allow-stub" in lines[0], lines[0]
+    assert "cudnn-compat[cuda12]" in lines[0] and "cudnn-compat[cuda13]" in lines[0], lines[0]
+    assert p.stdout == ""

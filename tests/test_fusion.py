@@ -1,4 +1,4 @@
-"""fuse(): legacy calls deferred and run as few fused graphs (architecture.md "Fusion"), against
+"""fuse(): legacy calls deferred and run as few fused graphs (docs/tools.md "Fusion across calls"), against
 formulas written here and against the same calls unfused; dataflow hazards, flush points, errors
 at the call, visible intermediates; the split into graphs the engines take (a fake conv+pointwise
 engine on the CPU); on the GPU the same results with fewer kernels."""

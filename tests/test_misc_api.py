@@ -49,8 +49,9 @@ def test_callback_gets_info_messages_with_metadata(handle, restore_callback):
     sev, ud, dbg, msg = infos[-1]
     assert ud is udata and "SetTensor" in msg and dbg.cudnn_version == cc.cudnnGetVersion() and dbg.time_delta >= 0
     got.clear()
-    _new_plan(handle, 11)  # a cache hit logs nothing
-    assert not [g for g in got if g[0] == cc.CUDNN_SEV_INFO]
+    _new_plan(handle, 11)  # a cache hit logs no plan, only the API call (002 §3.2.79: bit 3 is API logging)
+    assert [g[3] for g in got if g[0] == cc.CUDNN_SEV_INFO and not g[3].startswith("function ")] == []
+    assert "function cudnnSetTensor() called: CUDNN_STATUS_SUCCESS" in [g[3] for g in got]
 
 
 def test_callback_mask_bits_and_fatal_always_on(handle, restore_callback):

@@ -1,4 +1,4 @@
-"""Record, replay, diff and explain (architecture.md "Record and replay", "Explain"): what a trace
+"""Record, replay, diff and explain (docs/tools.md "Record and replay" and "Explain"): what a trace
 holds (checked against values computed here), a CPU run replayed on the reference engine with zero
 difference, a perturbed output caught and the call named, explain naming a declining engine and its
 reason, the CLI and the environment variables."""

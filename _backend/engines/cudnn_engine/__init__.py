@@ -1,5 +1,5 @@
 """The ``cudnn`` engine: graphs become real cuDNN 9 backend execution plans
-(architecture.md "engines/cudnn"; 000 "Graph API"; 002 ch. 9).
+(docs/architecture.md "Engines and heuristics"; 000 "Graph API"; 002 ch. 9).
 
 - ``graph``: IR -> backend spec (pure Python; declines with a reason) -> descriptors.
 - ``configs``: native heuristics (modes A/B/FALLBACK = CUDNN_HEUR_MODE_A/B/FALLBACK),

@@ -1,5 +1,5 @@
 """The ``cupy`` engine: CUDA kernels generated from the graph, compiled at run time by NVRTC
-through CuPy (architecture.md "engines/cupy"; 000 "Engines": a runtime-compiled engine).
+through CuPy (docs/architecture.md "Engines and heuristics"; 000 "Engines": a runtime-compiled engine).
 
 Build (pure Python, no CuPy): ``fusion.partition`` splits the graph into fused
 element-wise/reduction groups (one kernel each, ``codegen``) and heavy ops (softmax,

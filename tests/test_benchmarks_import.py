@@ -1,0 +1,187 @@
+"""The benchmark scripts on a CPU machine (issue 16 item 4): each one imports and parses its
+arguments (``--help`` in a child interpreter, so a broken import or argparse fails CI though the
+benchmarks themselves need a GPU); without CuPy each GPU script says so in one line and exits 2;
+their shared timing and JSON code (benchmarks/_common.py); ``cudnn-compat bench`` reaches every
+one of them and says clearly when it cannot run them."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudnn_compat import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name != "_common.py")
+NOT_BENCHMARKS = {"fuzz_nightly.py"}  # the nightly fuzz runner: not timed, not under `cudnn-compat bench`
+GPU_SCRIPTS = sorted(b.script for b in cli.BENCHMARKS if b.cpu is None)
+
+
+def _load_common():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("benchmarks_common", BENCH / "_common.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_common = _load_common()
+
+
+def _child(args, fake_cupy_absent=False, tmp_path=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDNN_COMPAT_")}
+    path = [str(ROOT)]
+    if fake_cupy_absent:  # a cupy whose import fails as a missing module does (also where CuPy is installed)
+        (tmp_path / "fake" / "cupy").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fake" / "cupy" / "__init__.py").write_text(
+            'raise ModuleNotFoundError("No module named \'cupy\'", name="cupy")\n')
+        path.insert(0, str(tmp_path / "fake"))
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return subprocess.run([sys.executable] + args, cwd=tmp_path or ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_imports_the_module_and_parses(script, tmp_path):
+    p = _child([str(BENCH / script), "--help"], tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"usage: {script}"), p.stdout[:200]
+
+
+@pytest.mark.parametrize("script", GPU_SCRIPTS)
+def test_gpu_script_without_cupy_is_one_line_and_status_2(script, tmp_path):
+    p = _child([str(BENCH / script)], fake_cupy_absent=True, tmp_path=tmp_path)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{script}: needs a CUDA GPU with CuPy"), p.stderr
+
+
+def test_every_benchmark_script_is_reachable_from_the_command():
+    listed = {b.script for b in cli.BENCHMARKS}
+    assert listed == set(SCRIPTS) - NOT_BENCHMARKS
+    assert {"bench_rnn.py", "host_overhead.py", "bench_programs.py", "launch_paths.py"} <= listed
+
+
+# -- _common: the shared timing and JSON code -------------------------------------------------------
+
+class _FakeEvents:
+    """CUDA events timed with a counter: each fn() call costs 2 ms, record() reads the clock."""
+
+    def __init__(self):
+        self.clock, self.synced = 0.0, []
+
+    def make(self):
+        outer = self
+
+        class Event:
+            def record(self):
+                self.t = outer.clock
+
+            def synchronize(self):
+                pass
+        return Event()
+
+    def events(self, kind):
+        return self.make, lambda: self.synced.append("device"), lambda a, b: b.t - a.t
+
+
+def test_cuda_time_median_per_call(monkeypatch):
+    fake = _FakeEvents()
+    monkeypatch.setattr(_common, "_events", fake.events)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        fake.clock += 2.0 if len(calls) % 3 else 5.0  # every third call is slow
+    r = _common.cuda_time(fn, iters=3, reps=4, warm=2, before=lambda: fake.synced.append("torch"))
+    assert len(calls) == 2 + 3 * 4
+    assert fake.synced == ["device", "torch"]
+    assert len(r["reps_ms"]) == 4 and r["ms"] == pytest.approx(3.0) and r["min_ms"] == pytest.approx(3.0)
+
+
+def test_write_json_names_the_file_after_the_device(tmp_path):
+    path = _common.write_json("bench_x", {"a": 1, "v": _common.statistics.median([1, 2, 3])}, str(tmp_path),
+                              device="NVIDIA H100 80GB HBM3")
+    assert path == str(tmp_path / "bench_x_NVIDIA_H100_80GB_HBM3.json")
+    assert json.loads(Path(path).read_text()) == {"a": 1, "v": 2}
+    nested = tmp_path / "new" / "folder" / "out.json"
+    assert _common.write_json_file(str(nested), {"b": [1, 2]}) == str(nested)
+    assert json.loads(nested.read_text()) == {"b": [1, 2]} and not list(nested.parent.glob("*.tmp"))
+
+
+def test_scripts_use_the_shared_helpers():
+    """No script keeps its own CUDA-event loop, device-name lookup or JSON file writing."""
+    for script in set(SCRIPTS) - NOT_BENCHMARKS:
+        text = (BENCH / script).read_text()
+        assert "from _common import" in text, script
+        assert "getDeviceProperties" not in text, script
+        assert "json.dump(" not in text, script
+
+
+# -- cudnn-compat bench ----------------------------------------------------------------------------
+
+def test_bench_list(capsys):
+    assert cli.main(["bench", "--list"]) == 0
+    out = capsys.readouterr().out
+    for b in cli.BENCHMARKS:
+        assert b.name in out and b.script in out
+    assert "(missing)" not in out
+
+
+def test_bench_outside_a_checkout_says_so(monkeypatch, tmp_path, capsys):
+    fake = tmp_path / "site-packages" / "cudnn_compat" / "cli.py"
+    monkeypatch.setattr(cli, "__file__", str(fake))
+    assert cli.main(["bench", "conv"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not installed with the package" in err and "--dir" in err
+    assert cli.main(["bench", "--list"]) == 2
+    assert cli.main(["bench", "--dir", str(BENCH), "--list"]) == 0  # pointed at a checkout's folder
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    import subprocess as sp
+    got = []
+    monkeypatch.setattr(sp, "call", lambda cmd, cwd=None: got.append((cmd, cwd)) or 0)
+    return got
+
+
+def test_bench_runs_every_benchmark_on_a_gpu(monkeypatch, calls, capsys):
+    monkeypatch.setattr("cudnn_compat._place.gpu_reason", lambda: None)
+    assert cli.main(["bench", "--quick"]) == 0
+    assert [Path(c[0][1]).name for c in calls] == [b.script for b in cli.BENCHMARKS]
+    for cmd, cwd in calls:
+        assert cmd[0] == sys.executable and Path(cmd[1]).parent == BENCH and cwd == str(ROOT)
+    by = {Path(c[0][1]).name: c[0][2:] for c in calls}
+    assert by["bench_rnn.py"] == ["--quick"] and by["host_overhead.py"] == ["--place", "gpu", "--calls", "2000"]
+    assert by["launch_paths.py"] == ["--calls", "2000"]
+
+
+def test_bench_names_and_scripts(monkeypatch, calls):
+    monkeypatch.setattr("cudnn_compat._place.gpu_reason", lambda: None)
+    assert cli.main(["bench", "rnn", "bench_programs", "host_overhead.py"]) == 0
+    assert [Path(c[0][1]).name for c in calls] == ["bench_rnn.py", "bench_programs.py", "host_overhead.py"]
+    assert cli.main(["bench", "bench_nothing"]) == 2
+
+
+def test_bench_without_a_gpu(monkeypatch, calls, capsys):
+    monkeypatch.setattr("cudnn_compat._place.gpu_reason", lambda: "no CUDA device (test)")
+    assert cli.main(["bench"]) == 2 and cli.main(["bench", "rnn", "host_overhead"]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA device (test)" in err and "runs on the CPU: host_overhead" in err
+    assert not calls
+    assert cli.main(["bench", "host_overhead"]) == 0  # the one that runs on the CPU
+    assert [c[0][2:] for c in calls] == [["--place", "cpu"]]
+
+
+def test_bench_reports_a_failing_script(monkeypatch, capsys):
+    import subprocess as sp
+    monkeypatch.setattr("cudnn_compat._place.gpu_reason", lambda: None)
+    monkeypatch.setattr(sp, "call", lambda cmd, cwd=None: 3)
+    assert cli.main(["bench", "fusion"]) == 1
+    assert "fusion exited with 3" in capsys.readouterr().err

@@ -1,0 +1,233 @@
+"""cuDNN 8's logging variables (issue 16 item 4; cudnn_compat/_logging.py; 002 §3.2.79
+cudnnSetCallback: the built-in callback writes to CUDNN_LOGDEST_DBG):
+CUDNN_LOGINFO_DBG / CUDNN_LOGWARN_DBG / CUDNN_LOGERR_DBG = 1 enable API calls (INFO, with their
+status), the library's warnings and failed calls' messages (ERROR), written to CUDNN_LOGDEST_DBG
+(stdout, stderr or a file).  Each case runs a child interpreter with the variables set.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import cudnn_compat as cc
+from cudnn_compat import _logging
+from cudnn_compat._backend import config
+
+VARS = ("CUDNN_LOGINFO_DBG", "CUDNN_LOGWARN_DBG", "CUDNN_LOGERR_DBG", "CUDNN_LOGDEST_DBG")
+
+# one successful compute call, one failed one (float64 output for a FLOAT descriptor), one library
+# warning; prints a JSON line with the error message, GetCallback and whether the hook is on
+PROGRAM = textwrap.dedent("""
+    import json, logging, numpy as np, cudnn_compat as cc
+    from cudnn_compat import _logging
+    h = cc.cudnnCreate("cpu")
+    d = cc.cudnnCreateTensorDescriptor()
+    cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT, 1, 2, 2, 2)
+    x = np.ones((1, 2, 2, 2), np.float32)
+    cc.cudnnAddTensor(h, 1.0, d, x, 1.0, d, x)
+    try:
+        cc.cudnnAddTensor(h, 1.0, d, x, 0.0, d, np.zeros(8, np.float64))
+        message = None
+    except cc.CuDNNError as e:
+        message = str(e)
+    logging.getLogger("cudnn_compat").warning("engine x declined at execute (test warning)")
+    mask, udata, fptr = cc.cudnnGetCallback()
+    print("RESULT " + json.dumps({"message": message, "mask": mask, "fptr": fptr is None,
+                                  "hook": _logging.api_logging(), "x": x.ravel().tolist()}))
+""")
+
+
+def _run(tmp_path, code=PROGRAM, **env_vars):
+    env = {k: v for k, v in os.environ.items() if k not in VARS and not k.startswith("CUDNN_COMPAT_")}
+    env.update(env_vars)
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    out = "\n".join(line for line in p.stdout.splitlines() if not line.startswith("RESULT "))
+    return result, out, p.stderr
+
+
+INFO_OK = "function cudnnAddTensor() called: CUDNN_STATUS_SUCCESS"
+INFO_FAIL = "function cudnnAddTensor() called: CUDNN_STATUS_BAD_PARAM"
+WARN = "engine x declined at execute (test warning)"
+
+
+def _lines(text, level):
+    return [line for line in text.splitlines() if line.startswith(f"cudnn_compat {level} ")]
+
+
+def test_all_levels_to_a_file(tmp_path):
+    log = tmp_path / "cudnn.log"
+    r, out, err = _run(tmp_path, CUDNN_LOGINFO_DBG="1", CUDNN_LOGWARN_DBG="1", CUDNN_LOGERR_DBG="1",
+                       CUDNN_LOGDEST_DBG=str(log))
+    text = log.read_text()
+    info, warn, error = _lines(text, "INFO"), _lines(text, "WARNING"), _lines(text, "ERROR")
+    for name in ("cudnnCreate", "cudnnCreateTensorDescriptor", "cudnnSetTensor4dDescriptor", "cudnnGetCallback"):
+        assert any(f"function {name}() called: CUDNN_STATUS_SUCCESS" in line for line in info), name
+    assert sum(INFO_OK in line for line in info) == 1
+    assert sum(INFO_FAIL in line for line in info) == 1
+    assert len(error) == 1 and error[0].endswith(f"function cudnnAddTensor() failed: {r['message']}")
+    assert r["message"].startswith("CUDNN_STATUS_BAD_PARAM: cudnnAddTensor: C: array dtype float64")
+    assert len(warn) == 1 and warn[0].endswith(WARN)
+    assert r["mask"] == cc.CUDNN_SEV_INFO_EN | cc.CUDNN_SEV_WARNING_EN | cc.CUDNN_SEV_ERROR_EN and r["fptr"]
+    assert r["hook"] and r["x"] == [2.0] * 8  # the logged program still computes
+    assert "cudnn_compat" not in out and "cudnn_compat" not in err  # the file only
+
+
+@pytest.mark.parametrize("dest", ["stdout", "stderr"])
+def test_info_to_a_stream(tmp_path, dest):
+    r, out, err = _run(tmp_path, CUDNN_LOGINFO_DBG="1", CUDNN_LOGDEST_DBG=dest)
+    stream, other = (out, err) if dest == "stdout" else (err, out)
+    assert INFO_OK in stream and INFO_FAIL in stream
+    assert not _lines(stream, "ERROR") and not _lines(stream, "WARNING")  # levels not enabled
+    assert "cudnn_compat" not in other
+    assert r["mask"] == cc.CUDNN_SEV_INFO_EN
+
+
+def test_errors_only(tmp_path):
+    log = tmp_path / "err.log"
+    r, out, err = _run(tmp_path, CUDNN_LOGERR_DBG="1", CUDNN_LOGDEST_DBG=str(log))
+    text = log.read_text()
+    assert not _lines(text, "INFO") and not _lines(text, "WARNING")
+    assert [line.split(": ", 1)[1] for line in _lines(text, "ERROR")] == [f"function cudnnAddTensor() failed: {r['message']}"]
+    assert r["mask"] == cc.CUDNN_SEV_ERROR_EN and r["hook"]
+    assert r["message"] not in err  # not printed by logging's last resort either
+
+
+def test_warnings_only(tmp_path):
+    log = tmp_path / "warn.log"
+    r, out, err = _run(tmp_path, CUDNN_LOGWARN_DBG="1", CUDNN_LOGDEST_DBG=str(log))
+    text = log.read_text()
+    assert len(_lines(text, "WARNING")) == 1 and not _lines(text, "INFO") and not _lines(text, "ERROR")
+    assert r["mask"] == cc.CUDNN_SEV_WARNING_EN and not r["hook"]  # no per-call hook for warnings
+
+
+@pytest.mark.parametrize("env", [{"CUDNN_LOGINFO_DBG": "1", "CUDNN_LOGERR_DBG": "1"},  # no destination: silent
+                                 {"CUDNN_LOGINFO_DBG": "0", "CUDNN_LOGDEST_DBG": "stdout"},
+                                 {"CUDNN_LOGDEST_DBG": "stdout"}])
+def test_nothing_without_a_level_and_a_destination(tmp_path, env):
+    r, out, err = _run(tmp_path, **env)
+    assert "function cudnn" not in out + err
+    assert r["mask"] == 0 and not r["hook"]  # and the call path pays nothing
+
+
+def test_a_value_not_understood_warns_and_is_off(tmp_path):
+    r, out, err = _run(tmp_path, CUDNN_LOGINFO_DBG="maybe", CUDNN_LOGDEST_DBG="stdout")
+    assert "CUDNN_LOGINFO_DBG='maybe' is not understood" in err and "ConfigWarning" in err
+    assert INFO_OK not in out and r["mask"] == 0
+
+
+SET_CALLBACK = textwrap.dedent("""
+    import json, numpy as np, cudnn_compat as cc
+    from cudnn_compat import _logging
+    got = []
+    before = cc.cudnnGetCallback()[0]
+    cc.cudnnCreateTensorDescriptor()                      # logged by the variables
+    cc.cudnnSetCallback(cc.CUDNN_SEV_INFO_EN, "u", lambda sev, udata, dbg, msg: got.append((sev, udata, dbg.cudnnStatus, dbg.handle, msg)))
+    h = cc.cudnnCreate("cpu")                             # to the user callback only
+    try:
+        cc.cudnnDestroyTensorDescriptor(h)
+    except cc.CuDNNError:
+        pass
+    cc.cudnnSetCallback(0, None, None)                    # all off, variables included
+    cc.cudnnCreateTensorDescriptor()
+    print("RESULT " + json.dumps({"before": before, "hook": _logging.api_logging(), "handle": int(h),
+                                  "got": [list(g) for g in got if "function" in g[4]]}))
+""")
+
+
+def test_set_callback_replaces_the_variables(tmp_path):
+    log = tmp_path / "cb.log"
+    r, out, err = _run(tmp_path, SET_CALLBACK, CUDNN_LOGINFO_DBG="1", CUDNN_LOGDEST_DBG=str(log))
+    text = log.read_text()
+    assert r["before"] == cc.CUDNN_SEV_INFO_EN
+    assert sum("function cudnnCreateTensorDescriptor() called" in line for line in _lines(text, "INFO")) == 1
+    assert "cudnnCreate()" not in text and "cudnnDestroyTensorDescriptor" not in text
+    info = cc.CUDNN_SEV_INFO
+    assert r["got"][0] == [info, "u", 0, 0, "function cudnnSetCallback() called: CUDNN_STATUS_SUCCESS"]
+    assert r["got"][1] == [info, "u", 0, r["handle"], "function cudnnCreate() called: CUDNN_STATUS_SUCCESS"]
+    assert r["got"][2] == [info, "u", cc.CUDNN_STATUS_BAD_PARAM, r["handle"],
+                           "function cudnnDestroyTensorDescriptor() called: CUDNN_STATUS_BAD_PARAM"]
+    assert len(r["got"]) == 3  # SetCallback(0) removed the callback before its own call returned
+    assert not r["hook"]
+
+
+# -- in process: the Python logger is the interface ----------------------------------------------------------
+
+class _Catch(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.fixture
+def api_records():
+    log = logging.getLogger(_logging.API_LOGGER)
+    catch, level = _Catch(), log.level
+    log.addHandler(catch)
+    log.setLevel(logging.INFO)
+    _logging.log_api_calls(True)
+    try:
+        yield catch.records
+    finally:
+        _logging.log_api_calls(False)
+        log.removeHandler(catch)
+        log.setLevel(level)
+
+
+def test_log_api_calls_through_the_python_logger(handle, api_records):
+    d = cc.cudnnCreateTensorDescriptor()
+    cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT, 1, 1, 2, 2)
+    x = np.full((1, 1, 2, 2), 3.0, np.float32)
+    cc.addTensor(handle, 2.0, d, x, 1.0, d, x)  # CuPy 13 spelling: the same function
+    with pytest.raises(cc.CuDNNError) as e:
+        cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT, 0, 1, 2, 2)
+    got = [(r.levelname, r.getMessage(), r.cudnn_status) for r in api_records]
+    assert got == [("INFO", "function cudnnCreateTensorDescriptor() called: CUDNN_STATUS_SUCCESS", 0),
+                   ("INFO", "function cudnnSetTensor4dDescriptor() called: CUDNN_STATUS_SUCCESS", 0),
+                   ("INFO", "function cudnnAddTensor() called: CUDNN_STATUS_SUCCESS", 0),
+                   ("INFO", "function cudnnSetTensor4dDescriptor() called: CUDNN_STATUS_BAD_PARAM", e.value.status),
+                   ("ERROR", f"function cudnnSetTensor4dDescriptor() failed: {e.value}", e.value.status)]
+    assert api_records[2].handle == int(handle)
+    np.testing.assert_array_equal(x, 9.0)
+
+
+def test_a_legacy_function_calling_another_is_one_api_call(api_records):
+    rnn, drop = cc.cudnnCreateRNNDescriptor(), cc.cudnnCreateDropoutDescriptor()
+    with pytest.raises(cc.CuDNNError):  # the v5 form, with hiddenSize 0: rejected by cudnnSetRNNDescriptor_v5
+        cc.cudnnSetRNNDescriptor(rnn, 0, 1, drop, cc.CUDNN_LINEAR_INPUT, cc.CUDNN_UNIDIRECTIONAL, cc.CUDNN_LSTM,
+                                 cc.CUDNN_DATA_FLOAT)
+    names = [r.getMessage().split("(")[0] for r in api_records]
+    assert names[-2:] == ["function cudnnSetRNNDescriptor", "function cudnnSetRNNDescriptor"]
+    assert not any("_v5" in n for n in names)
+
+
+def test_hook_follows_the_mask(monkeypatch):
+    monkeypatch.delenv("CUDNN_LOGDEST_DBG", raising=False)
+    saved = cc.cudnnGetCallback()
+    try:
+        for mask, on in ((cc.CUDNN_SEV_WARNING_EN, False), (cc.CUDNN_SEV_ERROR_EN, True), (0, False),
+                         (cc.CUDNN_SEV_INFO_EN, True)):
+            cc.cudnnSetCallback(mask, None, None)
+            assert _logging.api_logging() is on, mask
+    finally:
+        cc.cudnnSetCallback(*saved)
+    assert _logging.api_logging() is bool(saved[0] & (cc.CUDNN_SEV_INFO_EN | cc.CUDNN_SEV_ERROR_EN))
+
+
+def test_variables_are_declared():
+    for name in VARS:
+        assert config.TABLE[name].scope == config.EXTERNAL
+    for name in VARS[:3]:
+        assert config.TABLE[name].parse("1") is True and config.TABLE[name].parse("0") is False
