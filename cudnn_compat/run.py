@@ -9,6 +9,8 @@ arrays on the CPU place).  ``-m module`` runs a module instead of a file, like `
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import os
 import runpy
 import sys
@@ -16,6 +18,21 @@ import sys
 from cudnn_compat._backend import config as _config
 
 USAGE = "usage: python -m cudnn_compat.run [--allow-stub] (script.py | -m module) [args...]"
+
+
+def exit_without_cupy(script: str) -> "NoReturn":
+    """What a CuPy 13-style script says when ``cupy.cuda.cudnn`` cannot be imported: one line on
+    stderr naming the way out (the CUDA extras, ``cudnn_compat.run``, ``--allow-stub``), exit status 2."""
+    script = os.path.basename(script)
+    try:
+        import cupy
+        why = (f"CuPy {getattr(cupy, '__version__', '?')} has no cupy.cuda.cudnn "
+               f"(CuPy 14 removed it): run it as `python -m cudnn_compat.run {script}`, or pass --allow-stub")
+    except ImportError:
+        why = ("CuPy is not installed: install cudnn-compat with a CUDA extra, `pip install 'cudnn-compat[cuda12]'` "
+               "or `pip install 'cudnn-compat[cuda13]'`, or pass --allow-stub to run it on the CPU with NumPy")
+    print(f"{script}: {why}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def main(argv=None) -> int:

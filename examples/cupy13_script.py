@@ -26,19 +26,11 @@ try:
     import cupy
     import cupy.cuda.cudnn as libcudnn
     import cupyx.cudnn as cudnn
-except ImportError as _e:  # run as a script without CuPy 13's cuDNN modules: one line, exit status 2
+except ImportError:  # run as a script without CuPy 13's cuDNN modules: one line, exit status 2
     if __name__ != "__main__":
         raise
-    _script = os.path.basename(sys.argv[0] or __file__)
-    try:
-        import cupy as _cupy
-        _why = (f"CuPy {getattr(_cupy, '__version__', '?')} has no cupy.cuda.cudnn "
-                f"(CuPy 14 removed it): run it as `python -m cudnn_compat.run {_script}`, or pass --allow-stub")
-    except ImportError:
-        _why = ("CuPy is not installed: install cudnn-compat with a CUDA extra, `pip install 'cudnn-compat[cuda12]'` "
-                "or `pip install 'cudnn-compat[cuda13]'`, or pass --allow-stub to run it on the CPU with NumPy")
-    print(f"{_script}: {_why}", file=sys.stderr)
-    raise SystemExit(2)
+    from cudnn_compat.run import exit_without_cupy
+    exit_without_cupy(sys.argv[0] or __file__)
 
 
 def array_module():
