@@ -82,7 +82,11 @@ def host_ints(arg, count: int, argname: str, device: bool = False) -> np.ndarray
     check(arr.dtype.kind in "iu" or arr.size == 0, argname, f"must hold integers, got dtype {arr.dtype}")
     arr = arr.reshape(-1)
     check(arr.size >= count, argname, f"holds {arr.size} values but {count} are needed")
-    return arr[:count].astype(np.int32)
+    arr = arr[:count]
+    if arr.dtype.itemsize > 4 or arr.dtype == np.uint32:  # rule: values a C int holds (never wrapped)
+        bad = (arr < -2**31) | (arr > 2**31 - 1)
+        check(not bad.any(), argname, f"value {arr[bad][0] if bad.any() else 0} does not fit a C int")
+    return arr.astype(np.int32)
 
 
 def on_place(handle, array: np.ndarray):

@@ -226,6 +226,19 @@ def test_ctc_errors_write_nothing(handle):
     _ctc_error(handle, BP, "ctcLossDesc", v8=True, desc=big)  # maxLabelLength > 256
 
 
+@pytest.mark.parametrize("v8", [False, True])
+@pytest.mark.parametrize("field", ["labels", "lab_len", "in_len"])
+def test_int_arrays_past_a_c_int_are_rejected_not_wrapped(handle, v8, field):
+    """2**32 + k would wrap to the valid value k through int32: BAD_PARAM naming the array instead."""
+    good = {"labels": (1, 2, 3), "lab_len": (2, 1), "in_len": (4, 3)}
+    vals = list(good[field])
+    vals[0] += 2 ** 32
+    names = {"labels": ("hostLabels", "labels"), "lab_len": ("hostLabelLengths", "labelLengths"),
+             "in_len": ("hostInputLengths", "inputLengths")}[field]
+    _ctc_error(handle, cc.CUDNN_STATUS_BAD_PARAM, names[1] if v8 else names[0], v8=v8,
+               desc=ctc_desc(v8=3) if v8 else None, **{field: np.array(vals, np.int64)})
+
+
 def test_workspace_queries_agree_and_check_descriptors(handle):
     pd = tdesc((4, 2, 5))
     d = ctc_desc(v8=2)
