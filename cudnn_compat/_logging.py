@@ -101,8 +101,10 @@ def _sync() -> None:
     have = _hook in _registry.HOOKS
     if want and not have:
         _registry.HOOKS.append(_hook)  # innermost: it sees the call as the function runs it
+        _registry.REJECTED.append(_rejected)  # calls refused before the hooks: bad argument values
     elif have and not want:
         _registry.HOOKS.remove(_hook)
+        _registry.REJECTED.remove(_rejected)
 
 
 def _error_of(e: Exception, c_name: str, args, kwargs) -> "CuDNNError | None":
@@ -124,6 +126,15 @@ def _extra(status: int, args, result=None) -> dict:
         first = result
     handle = int(first) if getattr(first, "kind", None) == "cudnnHandle_t" else 0
     return {"cudnn_status": status, "handle": handle}
+
+
+def _rejected(c_name: str, err: CuDNNError, args, kwargs) -> None:
+    """A call refused while its arguments were converted: the records a failed call gets."""
+    if getattr(_tls, "busy", False):  # inside another legacy call: that outer call is the API call
+        return
+    extra = _extra(err.status, args)
+    _log.info("function %s() called: %s", c_name, err.status_name, extra=extra)
+    _log.error("function %s() failed: %s", c_name, err.message, extra=extra)
 
 
 def _hook(proceed, c_name: str, args, kwargs):

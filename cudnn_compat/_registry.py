@@ -317,8 +317,24 @@ def _plan(c_name: str, fn):
     return tuple(pos), kw
 
 
-def _convert(pos, kw, args, kwargs):
+# REJECTED holds listeners rejected(c_name, error, args, kwargs) of calls refused while their
+# arguments are converted, before any HOOKS entry sees the call (cudnn_compat/_logging.py logs them).
+REJECTED: list = []
+
+
+def _convert(pos, kw, args, kwargs, c_name: str = ""):
     """The slow path: convert every convertible argument (a CuDNNError names the bad one)."""
+    try:
+        return _convert_all(pos, kw, args, kwargs)
+    except CuDNNError as e:
+        if REJECTED:
+            e.with_function(c_name)
+            for listener in tuple(REJECTED):
+                listener(c_name, e, args, kwargs)
+        raise
+
+
+def _convert_all(pos, kw, args, kwargs):
     if pos and args:
         args = list(args)
         n = len(args)
@@ -393,7 +409,7 @@ def _fast_test(pos) -> str:
             break
     need = pos[-1][0] + 1
     return (f"            if kwargs or len(args) < {need} or not ({' and '.join(terms)}):\n"
-            f"                args, kwargs = _convert(pos, kw, args, kwargs)\n")
+            f"                args, kwargs = _convert(pos, kw, args, kwargs, c_name)\n")
 
 
 def legacy(c_name: str, cupy: "str | None" = None):

@@ -203,6 +203,24 @@ def test_log_api_calls_through_the_python_logger(handle, api_records):
     np.testing.assert_array_equal(x, 9.0)
 
 
+@pytest.mark.parametrize("call", [
+    lambda d: cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NCHW, 0.5, 1, 1, 2, 2),  # enum, a float
+    lambda d: cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT, 1, "2", 2, 2),  # int, str
+    lambda d: cc.cudnnSetTensorNdDescriptor(d, cc.CUDNN_DATA_FLOAT, 4, [1, 1, 2, 2.5], [4, 4, 2, 1]),  # int[]
+    lambda d: cc.cudnnGetTensorNdDescriptor(d, None),  # int, None
+])
+def test_calls_refused_while_converting_arguments_are_logged(api_records, call):
+    d = cc.cudnnCreateTensorDescriptor()
+    del api_records[:]
+    with pytest.raises(cc.CuDNNError) as e:
+        call(d)
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM
+    name = e.value.function
+    assert [(r.levelname, r.getMessage()) for r in api_records] == [
+        ("INFO", f"function {name}() called: CUDNN_STATUS_BAD_PARAM"),
+        ("ERROR", f"function {name}() failed: {e.value}")]
+
+
 def test_a_legacy_function_calling_another_is_one_api_call(api_records):
     rnn, drop = cc.cudnnCreateRNNDescriptor(), cc.cudnnCreateDropoutDescriptor()
     with pytest.raises(cc.CuDNNError):  # the v5 form, with hiddenSize 0: rejected by cudnnSetRNNDescriptor_v5
