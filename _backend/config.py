@@ -129,6 +129,9 @@ VARIABLES = (
     Variable("CUDNN_COMPAT_ENGINE", None, name,
              "force one engine (reference, cupy, cudnn); a graph it declines, or an unknown name, is NOT_SUPPORTED",
              "engine name"),
+    Variable("CUDNN_COMPAT_CPU_FALLBACK", True, boolean,
+             "on a GPU handle, a graph no GPU engine runs goes to the CPU reference engine (one "
+             "CpuFallbackWarning per call signature); 0: it is NOT_SUPPORTED, naming each engine's reason", "1|0"),
     Variable("CUDNN_COMPAT_PLAN_CACHE_SIZE", 1024, int_at_least(0), "plan cache bound (plans kept per process)",
              "N >= 0"),
     Variable("CUDNN_COMPAT_PLAN_CACHE_FILE", None, path,

@@ -49,3 +49,97 @@ def get_engine_configs(graph, place: str, mode: str = "A", forced: "str | None" 
             cfgs = [c for c in cfgs if "FALLBACK" in c.notes]
         out.extend((eng, c) for c in cfgs)
     return out, unusable
+
+
+# -- which op kinds each engine runs (cudnn-compat doctor --ops, explain, tests/test_op_coverage.py) --
+
+def all_op_kinds() -> list:
+    """Every op kind of the graph IR (``ir.OP_SPECS`` with the kinds the validate modules add)."""
+    from . import validate  # noqa: F401 - registers the RNN, CTC and sampler kinds
+    from .ir import OP_SPECS
+    return sorted(OP_SPECS)
+
+
+def _reference_kinds() -> dict:
+    from .engines.reference import KERNELS
+    return {k: None if k in KERNELS else "no reference kernel" for k in all_op_kinds()}
+
+
+def _cupy_kinds() -> dict:
+    from .engines import cupy_engine as ce
+    runs = {"Pointwise", "Reduction"} | set(ce.IMPLS)
+    return {k: None if k in runs else f"no GPU kernel for {k} yet" for k in all_op_kinds()}
+
+
+def _cudnn_kinds() -> dict:
+    from .engines.cudnn_engine import graph as g
+    out = {}
+    for k in all_op_kinds():
+        if k in g.MAIN_KINDS or k == "Pointwise":
+            out[k] = None
+        else:
+            out[k] = g.DECLINED_KINDS.get(k, f"no cuDNN backend translation for operation kind {k}")
+    return out
+
+
+# engine name -> kind -> None (the engine runs graphs of that kind, within its per-graph limits) or
+# the reason it declines every graph with that kind; an engine may instead declare ``op_kinds()``
+_DECLARED = {"reference": _reference_kinds, "cupy": _cupy_kinds, "cudnn": _cudnn_kinds}
+
+
+def engine_op_kinds(eng) -> "dict | None":
+    """{op kind: None | reason} for ``eng`` (an Engine or its name); None when it declares nothing."""
+    from .engines.base import REGISTRY as _reg
+    if isinstance(eng, str):
+        eng = _reg.engines[eng]
+    declared = getattr(eng, "op_kinds", None)
+    if callable(declared):
+        return dict(declared())
+    fn = _DECLARED.get(eng.name)
+    return None if fn is None else fn()
+
+
+def op_coverage(place: str = "gpu") -> list:
+    """One row per engine of ``ORDER[place]`` then the others registered: name, places, ``usable``
+    (None, or why not on this machine), ``kinds`` {kind: None | reason} (None when undeclared)."""
+    names = list(ORDER.get(place, ())) + [n for n in REGISTRY.engines if n not in ORDER.get(place, ())]
+    rows = []
+    for n in names:
+        eng = REGISTRY.engines.get(n)
+        if eng is None:
+            continue
+        try:
+            why = eng.available()
+        except Exception as e:  # noqa: BLE001 - an engine's probe must not break a report
+            why = f"{type(e).__name__}: {e}"
+        if why is None and place not in eng.places:
+            why = f"runs on the {'/'.join(eng.places)} place only"
+        try:
+            kinds = engine_op_kinds(eng)
+        except Exception as e:  # noqa: BLE001
+            kinds, why = None, why or f"its op kinds cannot be listed ({type(e).__name__}: {e})"
+        rows.append({"engine": n, "places": list(eng.places), "usable": why, "kinds": kinds})
+    return rows
+
+
+def format_op_coverage(rows, kinds=None) -> list:
+    """Text lines: per engine, the op kinds it runs on this machine and those it declines, with why."""
+    lines = []
+    for r in rows:
+        head = f"  {r['engine']:<10} [{', '.join(r['places'])}]"
+        ks = r["kinds"]
+        if ks is None:
+            lines.append(head + " does not declare its op kinds")
+            continue
+        if kinds is not None:
+            ks = {k: v for k, v in ks.items() if k in kinds}
+        runs = [k for k, v in ks.items() if v is None]
+        if r["usable"]:
+            lines.append(head + f" runs no op kind here ({r['usable']}); where usable it runs: "
+                         + (", ".join(runs) or "none"))
+        else:
+            lines.append(head + " runs: " + (", ".join(runs) or "none"))
+        for k, v in ks.items():
+            if v is not None:
+                lines.append(f"      declines {k}: {v}")
+    return lines

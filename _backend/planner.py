@@ -4,7 +4,11 @@ cached by call signature.  ``run`` is the one entry point the legacy layer uses.
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import threading
 import time
+import warnings
 
 from .engines.base import EngineDeclined, VariantPack
 from .heuristics import forced_engine, get_engine_configs
@@ -12,20 +16,125 @@ from .ir import GraphError
 from . import config as _config
 from .plan_cache import CACHE, acquire, done
 
-log = logging.getLogger("cudnn_compat")
+# a child of the ``cudnn_compat`` logger (records reach its handlers and the application's); the
+# NullHandler keeps logging's last-resort printer from writing an engine failure's traceback on
+# stderr when the application configured no logging (a library does not print on its own)
+log = logging.getLogger("cudnn_compat.planner")
+log.addHandler(logging.NullHandler())
 _clock = time.perf_counter
 
 
-def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None):
+class CpuFallbackWarning(RuntimeWarning):
+    """A call on a GPU handle ran on the CPU reference engine because no GPU engine could run its
+    graph (``CUDNN_COMPAT_CPU_FALLBACK``; docs/not_supported.md).  Given once per call signature."""
+
+
+_cpu_fallback = _config.getter("CUDNN_COMPAT_CPU_FALLBACK")
+_warned: set = set()  # call signatures already warned about
+_warned_lock = threading.Lock()
+_WARNED_MAX = 1 << 16
+
+
+def _engine_name(name: str) -> str:
+    return str(name).split("#", 1)[0].split("[", 1)[0]
+
+
+def fallback_reasons(declines) -> str:
+    """'engine: reason; ...' over the GPU engines of ``declines`` (reference excluded)."""
+    parts = []
+    for n, r in declines:
+        if _engine_name(n) != "reference":
+            parts.append(f"{_engine_name(n)}: {r}")
+    return "; ".join(parts) or "no GPU engine is registered"
+
+
+def _kinds(graph) -> str:
+    return ", ".join(dict.fromkeys(op.kind for op in graph.ops))
+
+
+def _check_cpu_fallback(graph, plan, declines, key) -> None:
+    """The reference engine was chosen on the GPU place by the heuristics: allowed with one
+    CpuFallbackWarning per call signature, or NOT_SUPPORTED under CUDNN_COMPAT_CPU_FALLBACK=0."""
+    reasons = fallback_reasons(declines)
+    kinds = _kinds(graph)
+    if not _cpu_fallback():
+        raise GraphError("CPU_FALLBACK", f"no GPU engine can run this graph (op kinds: {kinds}) on the GPU handle "
+                         f"and CUDNN_COMPAT_CPU_FALLBACK=0 forbids the CPU reference engine ({reasons})",
+                         "NOT_SUPPORTED")
+    plan.cpu_fallback = True
+    sig = key if key is not None else graph.signature()
+    with _warned_lock:
+        if sig in _warned:
+            return
+        if len(_warned) >= _WARNED_MAX:
+            _warned.clear()
+        _warned.add(sig)
+    msg = (f"no GPU engine can run this graph (op kinds: {kinds}); it runs on the CPU reference engine, with "
+           f"copies to and from the device ({reasons}). Set CUDNN_COMPAT_CPU_FALLBACK=0 to make such calls "
+           f"CUDNN_STATUS_NOT_SUPPORTED; docs/not_supported.md lists the op kinds without a GPU engine")
+    try:
+        _warn_at_caller(msg)
+    except BaseException:  # -W error: the call fails, and the next one warns (raises) again
+        with _warned_lock:
+            _warned.discard(sig)
+        raise
+
+
+_BACKEND_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_WRAPPER = "<legacy wrapper "  # the file name of cudnn_compat._registry's generated wrappers
+
+
+def _warn_at_caller(msg: str) -> None:
+    """warnings.warn_explicit at the first frame outside cudnn-compat (the user's call), with a
+    registry of its own: the once-per-signature rule is ours, not the location's."""
+    pkg = getattr(sys.modules.get("cudnn_compat"), "__file__", None)  # the legacy layer (when loaded)
+    dirs = (_BACKEND_DIR,) + ((os.path.dirname(os.path.abspath(pkg)) + os.sep,) if pkg else ())
+    f, function = sys._getframe(1), None
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith(_WRAPPER):  # the legacy layer's generated wrapper: it names the function
+            function = name[len(_WRAPPER):].rstrip(">")
+        elif not os.path.abspath(name).startswith(dirs):
+            break
+        f = f.f_back
+    if function:
+        msg = f"{function}: {msg}"
+    if f is None:
+        warnings.warn(msg, CpuFallbackWarning, stacklevel=2)
+        return
+    warnings.warn_explicit(msg, CpuFallbackWarning, f.f_code.co_filename, f.f_lineno,
+                           module=f.f_globals.get("__name__", "<unknown>"), registry={},
+                           module_globals=f.f_globals)
+
+
+def forget_warnings() -> None:
+    """Forget which call signatures were warned about (tests)."""
+    with _warned_lock:
+        _warned.clear()
+
+
+def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None, key=None):
     """Finalize ``graph`` and build the first plan an engine accepts.  The plan carries
-    ``declines``: [(engine or config, reason)] for every engine passed over."""
+    ``declines``: [(engine or config, reason)] for every engine passed over.  ``exclude``: engine
+    names, or (name, reason) pairs of engines that failed at execute (the reason is recorded).
+
+    On the GPU place, the reference engine chosen by the heuristics (not forced) is a CPU
+    fallback: ``CUDNN_COMPAT_CPU_FALLBACK`` allows it with one ``CpuFallbackWarning`` per call
+    signature (``key``), or makes it NOT_SUPPORTED naming each engine's reason."""
     if not graph.finalized:
         graph.finalize()
+    forced = forced if forced is not None else forced_engine()
+    excluded = dict(e if isinstance(e, tuple) else (e, "") for e in exclude)
     configs, declines = get_engine_configs(graph, place, mode, forced)
     declines = list(declines)
     for eng, cfg in configs:
-        if eng.name in exclude:
-            declines.append((str(cfg), "excluded after an execution failure"))
+        if eng.name in excluded:
+            why = excluded[eng.name]
+            if not why:
+                why = "excluded after an execution failure"
+            elif not why.startswith("declined at execute"):
+                why = f"failed at execute ({why}; logged as an error on the cudnn_compat logger)"
+            declines.append((str(cfg), why))
             continue
         reason = eng.check_support(graph, place)
         if reason is None:
@@ -36,6 +145,8 @@ def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None):
             else:
                 plan.declines = declines
                 plan.place = place
+                if place == "gpu" and eng.name == "reference" and not forced:
+                    _check_cpu_fallback(graph, plan, declines, key)
                 _log_plan(graph, plan)
                 return plan
         declines.append((str(cfg), reason))
@@ -57,17 +168,22 @@ def _log_plan(graph, plan):
 _forced_setting = _config.getter("CUDNN_COMPAT_ENGINE")
 _ENV_DICT = getattr(_config, "_ENV", None)
 _ENGINE_KEY = getattr(_config, "_KEYS", {}).get("CUDNN_COMPAT_ENGINE")
+_FALLBACK_KEY = getattr(_config, "_KEYS", {}).get("CUDNN_COMPAT_CPU_FALLBACK")
 
 
 def get_plan(key, build_graph, place: str, mode: str = "A"):
     """Cached plan for ``key``; on a miss ``build_graph()`` makes the graph.  A forced engine
     (``CUDNN_COMPAT_ENGINE``) is part of the key, so changing it never reuses another engine's plan.
-    A hit is ``PlanCache.get`` inlined (the same lock-free steps)."""
-    if _ENV_DICT is None or _ENGINE_KEY is None or _ENV_DICT.get(_ENGINE_KEY) is not None:
+    So is ``CUDNN_COMPAT_CPU_FALLBACK=0``: a CPU-fallback plan cached while it was allowed is not
+    reused once it is forbidden.  A hit is ``PlanCache.get`` inlined (the same lock-free steps)."""
+    if _ENV_DICT is None or _ENGINE_KEY is None or _ENV_DICT.get(_ENGINE_KEY) is not None \
+            or _ENV_DICT.get(_FALLBACK_KEY) is not None:
         if _forced_setting() is not None:
             forced = forced_engine()
             if forced:
                 key = key + (("engine", forced),)
+        if not _cpu_fallback():
+            key = key + (("cpu_fallback", False),)
     cache = CACHE
     plan = cache._d.get(key)
     if plan is not None:
@@ -79,7 +195,7 @@ def get_plan(key, build_graph, place: str, mode: str = "A"):
         return plan
     plan = cache.get(key)  # a miss (counted there), or a plan another thread just added
     if plan is None:
-        plan = make_plan(build_graph(), place, mode)
+        plan = make_plan(build_graph(), place, mode, key=key)
         CACHE.put(key, plan)
     return plan
 
@@ -106,12 +222,10 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
         except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
             log.warning("engine %s: launch record failed (%s: %s); executing", plan.engine, type(e).__name__, e)
     pack = VariantPack(data, workspace, workspace_size)
-    tried = []
+    tried = []  # (engine, reason) of the engines that failed at execute
     while True:
         if not acquire(plan):  # evicted and released by another thread since the lookup: rebuild it
-            plan = make_plan(plan.graph, plan.place, exclude=tried)
-            if key is not None:
-                CACHE.put(key, plan)
+            plan = _replan(plan, tried, key)
             continue
         t0 = _clock()
         try:
@@ -119,23 +233,33 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
             plan.last_time = _clock() - t0
             return plan
         except EngineDeclined as e:
-            reason = e.reason
-            log.warning("engine %s declined at execute (%s); falling back", plan.engine, reason)
+            reason = f"declined at execute: {e.reason}"
+            log.warning("engine %s declined at execute (%s); falling back", plan.engine, e.reason)
         except Exception as e:
             if _out_of_memory(e):
                 raise GraphError("WORKSPACE_ALLOCATION", f"engine {plan.engine} ran out of memory: {e}", "ALLOC_FAILED") from None
             if plan.engine == "reference":
                 raise
             reason = f"{type(e).__name__}: {e}"
-            log.error("engine %s failed at execute (%s); falling back", plan.engine, reason, exc_info=True)
+            # a bug in the engine: an ERROR record with the traceback (exc_info), never printed by us
+            log.error("engine %s (%s) failed at execute (%s); falling back to the next engine",
+                      plan.engine, plan.config, reason, exc_info=True)
         finally:
             done(plan)
-        tried.append(plan.engine)
+        tried.append((plan.engine, reason))
         if key is not None:
             CACHE.evict(key)
-        plan = make_plan(plan.graph, plan.place, exclude=tried)
-        if key is not None:
-            CACHE.put(key, plan)
+        plan = _replan(plan, tried, key)
+
+
+def _replan(plan, tried, key):
+    """The next engine's plan for ``plan``'s graph, ``tried`` excluded; it records the failures
+    (``failures``: [(engine, reason)], shown by explain through its declines)."""
+    new = make_plan(plan.graph, plan.place, exclude=tried, key=key)
+    new.failures = list(tried)
+    if key is not None:
+        CACHE.put(key, new)
+    return new
 
 
 def run(key, build_graph, data: dict, place: str, workspace=None, workspace_size: int = 0, stream=None):

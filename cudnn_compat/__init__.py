@@ -35,6 +35,7 @@ _graph_layer_from_checkout()
 
 from cudnn_compat._backend import config as _backend_config
 from cudnn_compat._backend.plan_cache import CACHE as _CACHE
+from cudnn_compat._backend.planner import CpuFallbackWarning  # noqa: F401 - a GPU call ran on the CPU (docs/not_supported.md)
 from . import enums as _enums
 from ._registry import LEGACY, exported
 from .errors import STATUS, CuDNNError, getErrorString  # noqa: F401

@@ -577,6 +577,9 @@ LEGACY: dict[str, Any]
 STATUS: dict[str, Any]
 
 # -- classes and helpers --
+class CpuFallbackWarning(RuntimeWarning):
+    """A call on a GPU handle ran on the CPU reference engine because no GPU engine could run its graph (``CUDNN_COMPAT_CPU_FALLBACK``; docs/not_supported.md)."""
+
 class CuDNNAlgoPerf:
     """cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t as CuPy 13 returned it: attributes algo, status, time (ms), memory (bytes), determinism, mathType; also readable by key, as CuPy's non-Ex Find returned the structs as dicts."""
     algo: int

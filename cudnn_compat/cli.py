@@ -1,7 +1,9 @@
 """The ``cudnn-compat`` command (docs/tools.md "The command line").
 
-  cudnn-compat doctor [--json]   what is installed and usable here: Python, NumPy, CuPy, the GPU,
-                                 libcudnn (located with cuda.pathfinder), and every engine
+  cudnn-compat doctor [--json] [--ops]
+                                 what is installed and usable here: Python, NumPy, CuPy, the GPU,
+                                 libcudnn (located with cuda.pathfinder), and every engine; --ops:
+                                 the op kinds each engine runs on this machine, and those it declines
   cudnn-compat demo [--place P]  a small legacy-style network on the default place, checked
                                  against the CPU reference; exit 1 when an op is off
   cudnn-compat replay TRACE --engine reference|cupy|cudnn|legacy|default [--tol DTYPE[:MATH]=RTOL,ATOL]
@@ -206,6 +208,32 @@ def _configuration() -> list:
     return rows
 
 
+def op_report() -> dict:
+    """``doctor --ops``: per engine (GPU heuristics order) the op kinds it runs on this machine and the
+    reason for each kind it declines; the kinds no GPU engine runs here, and anywhere."""
+    from cudnn_compat._backend import heuristics
+    rows = heuristics.op_coverage("gpu")
+    kinds = heuristics.all_op_kinds()
+    gpu = [r for r in rows if "gpu" in r["places"] and r["engine"] != "reference" and r["kinds"] is not None]
+
+    def uncovered(usable_only: bool) -> list:
+        return [k for k in kinds if not any(r["kinds"].get(k, "") is None and not (usable_only and r["usable"])
+                                            for r in gpu)]
+    return {"engines": rows, "kinds": kinds, "without_gpu_engine": uncovered(False),
+            "without_gpu_engine_here": uncovered(True)}
+
+
+def format_ops(r: dict) -> str:
+    from cudnn_compat._backend import heuristics
+    lines = ["op kinds by engine on this machine (GPU heuristics order; the reference engine runs on the CPU):"]
+    lines += heuristics.format_op_coverage(r["engines"])
+    lines.append("op kinds without a GPU engine (CPU fallback with a CpuFallbackWarning, or NOT_SUPPORTED under "
+                 "CUDNN_COMPAT_CPU_FALLBACK=0; docs/not_supported.md): " + (", ".join(r["without_gpu_engine"]) or "none"))
+    if r["without_gpu_engine_here"] != r["without_gpu_engine"]:
+        lines.append("op kinds no GPU engine runs on this machine: " + (", ".join(r["without_gpu_engine_here"]) or "none"))
+    return "\n".join(lines)
+
+
 def doctor_report() -> dict:
     import cudnn_compat as cc
     from cudnn_compat._backend import config
@@ -283,7 +311,10 @@ def format_doctor(r: dict) -> str:
 
 def doctor(args) -> int:
     report = doctor_report()
-    print(json.dumps(report, indent=2, default=str) if args.json else format_doctor(report))
+    if getattr(args, "ops", False):
+        report["ops"] = op_report()
+    text = format_doctor(report) + ("\n" + format_ops(report["ops"]) if "ops" in report else "")
+    print(json.dumps(report, indent=2, default=str) if args.json else text)
     return 0
 
 
@@ -465,6 +496,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="command")
     d = sub.add_parser("doctor", help="what is installed and usable here")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
+    d.add_argument("--ops", action="store_true", help="also list the op kinds each engine runs on this machine "
+                                                      "and the reason for each kind it declines")
     d.set_defaults(fn=doctor)
     m = sub.add_parser("demo", help="run a small legacy-style network and check it against the CPU reference")
     m.add_argument("--place", choices=("cpu", "gpu"), help="where to run it (default: the default place)")

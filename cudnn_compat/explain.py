@@ -5,7 +5,10 @@ For each call signature (plan-cache key) of a trace recorded by ``trace.py``: th
 used it and how often, the graph built, the engines in heuristics order with the plain-language
 reason each one declined, the engine config chosen and its workspace.  Failed calls are listed
 with their status and message (graph finalize errors name the check that failed), and calls a
-``fuse()`` block deferred are counted.
+``fuse()`` block deferred are counted.  A GPU call that ran on the CPU reference engine is marked
+as a CPU fallback (``CUDNN_COMPAT_CPU_FALLBACK``), an engine that failed at execute is named with
+its error (the traceback is in the ``cudnn_compat`` log), and the op kinds of the trace's GPU-place
+calls are listed per engine as this machine runs them (``cudnn-compat doctor --ops`` lists every kind).
 """
 from __future__ import annotations
 
@@ -75,10 +78,34 @@ def explain_signature(sig: str, s: dict) -> list:
         elif not entries:
             lines.append(f"    {k}. {eng:<10} not tried: an earlier engine was chosen")
     lines.append(f"  config chosen: {chosen}" + (f", math type {first['math_type']}" if first.get("math_type") else ""))
+    failed = [(_engine_of(n), r) for n, r in declines if str(r).startswith("failed at execute")]
+    for eng, reason in failed:
+        lines.append(f"  ENGINE FAILURE: {eng} {reason} (a bug: the traceback is in the cudnn_compat log)")
+    if first.get("place") == "gpu" and chosen_engine == "reference" \
+            and any(e != "reference" for e in first.get("order") or ()):  # not forced by CUDNN_COMPAT_ENGINE
+        lines.append(f"  CPU FALLBACK: no GPU engine ran op kinds {', '.join(graph_kinds(graph or '')) or '?'}; the "
+                     f"call ran on the CPU reference engine (a CpuFallbackWarning; CUDNN_STATUS_NOT_SUPPORTED under "
+                     f"CUDNN_COMPAT_CPU_FALLBACK=0)")
     if len(s["configs"]) > 1:
         lines.append("  configs over the trace: " + ", ".join(f"{c} x{n}" for c, n in s["configs"].items())
                      + " (an engine failed at execute and the planner fell back)")
     return lines
+
+
+def graph_kinds(graph_text: str) -> list:
+    """The op kinds of a graph as ``OperationGraph.describe`` wrote it."""
+    return list(dict.fromkeys(re.findall(r"^\s*\[\d+\] (\w+)\(", graph_text, re.M)))
+
+
+def op_kinds_section(kinds) -> list:
+    """Per engine, which of ``kinds`` it runs on this machine and why it declines the others."""
+    try:
+        from cudnn_compat._backend import heuristics
+        rows = heuristics.op_coverage("gpu")
+    except Exception as e:  # noqa: BLE001 - explain still prints the trace
+        return [f"op kinds by engine: cannot be listed here ({type(e).__name__}: {e})"]
+    return [f"op kinds of this trace by engine, on this machine ({', '.join(kinds)}):"] + \
+        heuristics.format_op_coverage(rows, set(kinds))
 
 
 def explain(trace) -> str:
@@ -91,6 +118,12 @@ def explain(trace) -> str:
     for sig, s in sigs.items():
         lines.append("")
         lines += explain_signature(sig, s)
+    # GPU-place signatures: which engine runs their op kinds here (a CPU trace runs on the reference engine)
+    kinds = list(dict.fromkeys(k for s in sigs.values() if (s["first"] or {}).get("place") == "gpu"
+                               for k in graph_kinds((s["first"] or {}).get("graph") or "")))
+    if kinds:
+        lines.append("")
+        lines += op_kinds_section(kinds)
     if errors:
         lines.append("")
         lines.append("failed calls:")

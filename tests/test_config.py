@@ -22,6 +22,7 @@ LIBRARY_VARS = [v.name for v in config.VARIABLES if v.scope == config.LIBRARY]
 CASES = {
     "CUDNN_COMPAT_DEVICE": ({"cpu": "cpu", " GPU ": "gpu"}, ["tpu", "cuda", "0"]),
     "CUDNN_COMPAT_ENGINE": ({"cupy": "cupy", "reference": "reference"}, ["a b", "x/y", "eng;ine"]),
+    "CUDNN_COMPAT_CPU_FALLBACK": ({"0": False, "on": True}, ["2", "sometimes"]),
     "CUDNN_COMPAT_PLAN_CACHE_SIZE": ({"7": 7, "0": 0, " 2048 ": 2048}, ["abc", "-1", "1.5", "1e3"]),
     "CUDNN_COMPAT_PLAN_CACHE_FILE": ({"/tmp/p.json": "/tmp/p.json"}, []),
     "CUDNN_COMPAT_LOG": ({"info": "info", "DEBUG": "debug", "Warning": "warning"}, ["verbose", "2", "loud"]),

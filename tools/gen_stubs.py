@@ -236,6 +236,9 @@ CLASSES = {
     def __getitem__(self, name: str) -> Any: ...
     def keys(self) -> tuple[str, ...]: ...
 ''',
+    "CpuFallbackWarning": '''class CpuFallbackWarning(RuntimeWarning):
+    """{doc}"""
+''',
     "fuse": '''class fuse:
     """{doc}"""
     def __init__(self, handle: _Handle | int) -> None: ...
