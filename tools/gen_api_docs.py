@@ -12,7 +12,6 @@ Usage: ``python tools/gen_api_docs.py`` (rewrites docs/api.md) or ``--check`` (e
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import pathlib
 import re
@@ -261,19 +260,8 @@ def _anchor(title: str) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the checked-in page is stale")
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        if not PAGE.exists() or PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is stale: run python tools/gen_api_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)} ({text.count(chr(10))} lines)")
-    return 0
-
+    import _generated
+    return _generated.main(PAGE, render, __doc__.split("\n")[0], argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,7 +25,6 @@ Usage: ``python tools/gen_stubs.py`` (rewrites the stub) or ``--check`` (exit 1 
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import pathlib
 import sys
@@ -330,19 +329,8 @@ def render() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the checked-in stub is stale")
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        if not STUB.exists() or STUB.read_text() != text:
-            print(f"{STUB.relative_to(ROOT)} is stale: run python tools/gen_stubs.py", file=sys.stderr)
-            return 1
-        return 0
-    STUB.write_text(text)
-    print(f"wrote {STUB.relative_to(ROOT)} ({text.count(chr(10))} lines)")
-    return 0
-
+    import _generated
+    return _generated.main(STUB, render, __doc__.split("\n")[0], argv)
 
 if __name__ == "__main__":
     sys.exit(main())
