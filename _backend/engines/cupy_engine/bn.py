@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 
 from .codegen import (BLOCK, INT32_LIMIT, ITEMSIZE, PREAMBLE, STORAGE, KernelSpec, bstrides, collapse, decompose,
-                      emit_chain, lit, load_expr, max_offset, name_kernel, offset_expr, order_axes, round_expr,
+                      lit, load_expr, max_offset, name_kernel, offset_expr, order_axes,
                       store_expr, tensors_compute_type)
-from .rowwise import RowOut, RowSpec, _typed
+from .rowwise import RowOut, RowSpec, _typed, epilogue_code, load_into
 
 # Tuning knobs (module level so benchmarks can sweep them; a plan keeps what it was built with).
 TARGET_BLOCKS = 264  # 2 blocks of 256 threads per SM of an H100 (132 SMs): one wave (run 1 sweep)
@@ -607,18 +607,8 @@ class _Gen:
         if o.epilogue is None:
             t = o.tensor
             return [f"p{t.uid}[{off(t.uid)}] = {store_expr(t.dtype, o.value, T)};"]
-        env = {uid: f"s{uid}" for uid, t in o.epilogue.tensors().items() if t.is_by_value}
-        val = o.value
-        if o.tensor.is_virtual:
-            r = round_expr(o.tensor.dtype, val, T)
-            if r != val:
-                lines.append(f"const {T} rv{o.tensor.uid} = {r};")
-                val = f"rv{o.tensor.uid}"
-        env[o.tensor.uid] = val
-        for uid, t in o.epilogue.loads.items():
-            lines.append(f"const {T} in{uid} = {load_expr(t.dtype, f'p{uid}[{off(uid)}]', T)};")
-            env[uid] = f"in{uid}"
-        lines += emit_chain(o.epilogue.prologue, env, T)
+        pre, body, env = epilogue_code(o, T, load_into(T, lambda uid, t: f"p{uid}[{off(uid)}]"))
+        lines += pre + body
         for uid, t in o.epilogue.stores.items():
             lines.append(f"p{uid}[{off(uid)}] = {store_expr(t.dtype, env[uid], T)};")
         return ["{"] + ["  " + x for x in lines] + ["}"]
@@ -692,16 +682,5 @@ class _Gen:
         T = self.T
         if o.epilogue is None:
             return [], {o.tensor.uid: o.value}
-        lines = []
-        env = {uid: f"s{uid}" for uid, t in o.epilogue.tensors().items() if t.is_by_value}
-        val = o.value
-        if o.tensor.is_virtual:
-            r = round_expr(o.tensor.dtype, val, T)
-            if r != val:
-                lines.append(f"const {T} rv{o.tensor.uid} = {r};")
-                val = f"rv{o.tensor.uid}"
-        env[o.tensor.uid] = val
-        for uid, t in o.epilogue.loads.items():
-            env[uid] = self.elem_value(uid, j)
-        lines += emit_chain(o.epilogue.prologue, env, T)
-        return lines, {uid: env[uid] for uid in o.epilogue.stores}
+        pre, body, env = epilogue_code(o, T, lambda uid, t: ([], self.elem_value(uid, j)))
+        return pre + body, {uid: env[uid] for uid in o.epilogue.stores}

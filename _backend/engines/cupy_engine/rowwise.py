@@ -39,6 +39,32 @@ class RowOut:
     epilogue: object = None
 
 
+def epilogue_code(o: RowOut, T: str, load) -> tuple:
+    """The code of ``o``'s epilogue group up to its stores, for every row and stencil kernel:
+    (``pre``: the output's value rounded to a virtual tensor's type; ``body``: each loaded input,
+    then the prologue chain; ``env``: uid -> C expression).  ``load(uid, tensor)`` gives the
+    declaration lines and the expression of a loaded input."""
+    env = {uid: f"s{uid}" for uid, t in o.epilogue.tensors().items() if t.is_by_value}
+    pre, val = [], o.value
+    if o.tensor.is_virtual:
+        r = round_expr(o.tensor.dtype, val, T)
+        if r != val:
+            pre.append(f"const {T} rv{o.tensor.uid} = {r};")
+            val = f"rv{o.tensor.uid}"
+    env[o.tensor.uid] = val
+    body = []
+    for uid, t in o.epilogue.loads.items():
+        decl, env[uid] = load(uid, t)
+        body += decl
+    body += emit_chain(o.epilogue.prologue, env, T)
+    return pre, body, env
+
+
+def load_into(T: str, ref):
+    """``load`` for ``epilogue_code``: ``const T in<uid> = <the element at ref(uid, tensor)>``."""
+    return lambda uid, t: ([f"const {T} in{uid} = {load_expr(t.dtype, ref(uid, t), T)};"], f"in{uid}")
+
+
 @dataclass
 class RowSpec:
     family: str
@@ -299,18 +325,8 @@ class _Ctx:
             t = o.tensor
             lines.append(f"p{t.uid}[{off}{t.uid}] = {store_expr(t.dtype, o.value, T)};")
             return lines
-        env = {uid: f"s{uid}" for uid, t in o.epilogue.tensors().items() if t.is_by_value}
-        val = o.value
-        if o.tensor.is_virtual:
-            r = round_expr(o.tensor.dtype, val, T)
-            if r != val:
-                lines.append(f"const {T} rv{o.tensor.uid} = {r};")
-                val = f"rv{o.tensor.uid}"
-        env[o.tensor.uid] = val
-        for uid, t in o.epilogue.loads.items():
-            lines.append(f"const {T} in{uid} = {load_expr(t.dtype, f'p{uid}[{off}{uid}]', T)};")
-            env[uid] = f"in{uid}"
-        lines += emit_chain(o.epilogue.prologue, env, T)
+        pre, body, env = epilogue_code(o, T, load_into(T, lambda uid, t: f"p{uid}[{off}{uid}]"))
+        lines += pre + body
         for uid, t in o.epilogue.stores.items():
             lines.append(f"p{uid}[{off}{uid}] = {store_expr(t.dtype, env[uid], T)};")
         return lines

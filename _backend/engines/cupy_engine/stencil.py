@@ -18,7 +18,7 @@ from ...ir import Tensor, packed_strides
 from .codegen import (BLOCK, INT32_LIMIT, ITEMSIZE, PREAMBLE, STORAGE, KernelSpec, bstrides, decompose, emit_chain,
                       lit, load_expr, max_offset, name_kernel, offset_expr, order_axes, round_expr, store_expr,
                       tensors_compute_type)
-from .rowwise import RowOut
+from .rowwise import RowOut, epilogue_code, load_into
 from .steps import KernelRun
 
 KINDS = ("ResampleForward", "ResampleBackward", "LRNForward", "LRNBackward",
@@ -125,19 +125,8 @@ def _store(o: RowOut, coords, T, IDX):
     if o.epilogue is None:
         t = o.tensor
         return [f"p{t.uid}[{off(t)}] = {store_expr(t.dtype, o.value, T)};"]
-    env = {uid: f"s{uid}" for uid, t in o.epilogue.tensors().items() if t.is_by_value}
-    val = o.value
-    if o.tensor.is_virtual:
-        r = round_expr(o.tensor.dtype, val, T)
-        if r != val:
-            lines.append(f"const {T} rv{o.tensor.uid} = {r};")
-            val = f"rv{o.tensor.uid}"
-    env[o.tensor.uid] = val
-    lines.append("{")
-    for uid, t in o.epilogue.loads.items():
-        lines.append(f"  const {T} in{uid} = {load_expr(t.dtype, f'p{uid}[{off(t)}]', T)};")
-        env[uid] = f"in{uid}"
-    lines += ["  " + x for x in emit_chain(o.epilogue.prologue, env, T)]
+    pre, body, env = epilogue_code(o, T, load_into(T, lambda uid, t: f"p{uid}[{off(t)}]"))
+    lines += pre + ["{"] + ["  " + x for x in body]
     for uid, t in o.epilogue.stores.items():
         lines.append(f"  p{uid}[{off(t)}] = {store_expr(t.dtype, env[uid], T)};")
     lines.append("}")
