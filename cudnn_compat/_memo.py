@@ -4,7 +4,7 @@ item 3: no re-derivation per call of what the signature already fixed).
 A compute function validates its descriptors against 002's rules, derives the graph attributes,
 the data type of alpha/beta and the plan-cache key.  All of that depends only on the descriptors'
 settings (and enum arguments), so a ``Memo`` keeps the result keyed by the identities of the
-descriptors' ``key()`` tuples (``kid``): a descriptor's key tuple is made anew whenever a setter
+descriptors' ``key()`` tuples (``key``): a descriptor's key tuple is made anew whenever a setter
 changes it (``Descriptor.touched`` drops it), and every entry holds the tuples it was made from
 (``keep``), so an id in a live entry can only name that tuple.  The first call with a combination
 runs the function's full checks in their usual order (data-dependent ones included) and stores
@@ -26,9 +26,11 @@ MAXSIZE = 512  # entries per function
 MEMOS: list = []
 
 
-def kid(desc) -> int:
-    """The identity of ``desc``'s current settings (its key tuple's id)."""
-    return id(desc._key or desc.key())
+def key(prefix: tuple, descs) -> tuple:
+    """The memo key of enum arguments ``prefix`` and descriptors ``descs``: the identities of the
+    descriptors' current key tuples.  The families' cached paths inline this expression (a call
+    per lookup costs more than the lookup)."""
+    return prefix + tuple(id(d._key or d.key()) for d in descs)
 
 
 class Memo(dict):

@@ -34,7 +34,7 @@ import numbers
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, scalar as scalar_tensor, virtual
 from ._call import ALPHA, BETA, Y_PRIOR_OFFSET, blend, compute_dtype, plan_for, run
 from ._data import preflight, scalar
-from ._memo import Memo, arrays
+from ._memo import Memo, arrays, key as memo_key
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -250,10 +250,6 @@ _INFER, _TRAIN, _BACK = Memo("cudnnBatchNormalizationForwardInference"), Memo("c
 _MODES = frozenset(BN.values())
 
 
-def _mk(mode, *descs) -> tuple:
-    return (mode,) + tuple(id(d._key or d.key()) for d in descs)
-
-
 @legacy("cudnnBatchNormalizationForwardInference")
 def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc,
                                        bnScale, bnBias, estimatedMean, estimatedVariance, epsilon) -> None:
@@ -281,7 +277,7 @@ def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDes
         eps = _check_eps(epsilon)
         _check_dtype(xd, INFER_DTYPES)
         keys = tuple(("BatchNormForwardInference", int(mode), xd.key(), yd.key(), pd.key(), bz) for bz in (False, True))
-        m = _INFER.put(_mk(int(mode), xd, yd, pd), (xd.dtype == "float64", keys), (xd.key(), yd.key(), pd.key()))
+        m = _INFER.put(memo_key((int(mode),), (xd, yd, pd)), (xd.dtype == "float64", keys), (xd.key(), yd.key(), pd.key()))
     else:
         eps = _check_eps(epsilon)
     dbl, keys = m
@@ -382,7 +378,7 @@ def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc
         pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
         keys = {(r, s_, bz): ("BatchNormForwardTraining", int(mode), xd.key(), yd.key(), pd.key(), r, s_, bz, None, None)
                 for r in (False, True) for s_ in (False, True) for bz in (False, True)}
-        _TRAIN.put(_mk(int(mode), xd, yd, pd), (xd.dtype == "float64", _count(mode, xd) < 2, keys),
+        _TRAIN.put(memo_key((int(mode),), (xd, yd, pd)), (xd.dtype == "float64", _count(mode, xd) < 2, keys),
                    (xd.key(), yd.key(), pd.key()))
         return
     dbl, single, keys = m
@@ -561,7 +557,7 @@ def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaP
         pd = tensor_desc(bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")
         keys = {(s_, bd0, bp0): _backward_key(mode, xd, None, dyd, None, dxd, pd, None, s_, bd0, bp0)
                 for s_ in (False, True) for bd0 in (False, True) for bp0 in (False, True)}
-        _BACK.put(_mk(int(mode), xd, dyd, dxd, pd), (xd.dtype == "float64", keys), (xd.key(), dyd.key(), dxd.key(), pd.key()))
+        _BACK.put(memo_key((int(mode),), (xd, dyd, dxd, pd)), (xd.dtype == "float64", keys), (xd.key(), dyd.key(), dxd.key(), pd.key()))
         return
     dbl, keys = m
     saved = True if arrays((savedMean, savedInvVariance)) else _pair(savedMean, savedInvVariance, "savedMean,savedInvVariance")
