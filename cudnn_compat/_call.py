@@ -124,6 +124,8 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         workspace = _workspace_arg(place, workspace)  # rule: a library object or a CPU-place int is no buffer
     if workspace_arg is not None:
         check_workspace(plan, workspace, workspace_size, workspace_arg)
+    if type(workspace) is np.ndarray and place != "cpu":
+        workspace = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
     data, staged = {}, None
     if place == "cpu":
         if type(workspace) is int and workspace:

@@ -312,3 +312,106 @@ def test_decline_at_execute_is_a_reason_not_an_error(gpu, monkeypatch, caplog):
     assert "late: declined at execute: alignment of y is 2 bytes (test)" in msg and "failed at execute" not in msg
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("alignment of y is 2 bytes" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+# -- on the device: an engine that fails after binding raw device pointers -----------------------------------
+
+def _conv_bwd_filter_case(rng, n=2, c=3, k=4, hw=9):
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    dy = rng.standard_normal((n, k, hw - 2, hw - 2)).astype(np.float32)
+    cd = cc.cudnnCreateConvolutionDescriptor()
+    cc.cudnnSetConvolution2dDescriptor(cd, 0, 0, 1, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, cc.CUDNN_DATA_FLOAT)
+    wd = cc.cudnnCreateFilterDescriptor()
+    cc.cudnnSetFilter4dDescriptor(wd, cc.CUDNN_DATA_FLOAT, cc.CUDNN_TENSOR_NCHW, k, c, 3, 3)
+    # dw[k,c,r,s] = sum_{n,p,q} dy[n,k,p,q] x[n,c,p+r,q+s], written out here
+    want = np.zeros((k, c, 3, 3))
+    for r in range(3):
+        for s in range(3):
+            want[:, :, r, s] = np.einsum("nkpq,ncpq->kc", dy, x[:, :, r:r + hw - 2, s:s + hw - 2])
+    return x, dy, (tdesc(x.shape), tdesc(dy.shape), cd, wd), want
+
+
+def _bwd_filter(h, descs, x, dy, dw, ws=None, ws_size=0):
+    xd, dyd, cd, wd = descs
+    cc.cudnnConvolutionBackwardFilter(h, 1.0, xd, x, dyd, dy, cd, cc.CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                                      ws, ws_size, 0.0, wd, dw)
+
+
+@pytest.mark.gpu
+def test_gpu_numpy_workspace_is_size_checked_then_not_used(rng):
+    """A NumPy workspace on a GPU handle (NumPy data is staged there): its size is checked, the
+    engine runs on device scratch, the numbers are right (a GPU fuzz case of bwd filter once made
+    the cudnn engine read a host array's device address)."""
+    h = cc.cudnnCreate("gpu")
+    x, dy, descs, want = _conv_bwd_filter_case(rng)
+    need = cc.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, descs[0], descs[1], descs[2], descs[3],
+                                                            cc.CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1)
+    ws = np.zeros(max(need, 256), np.uint8)
+    dw = np.full(want.shape, np.nan, np.float32)
+    _bwd_filter(h, descs, x, dy, dw, ws, ws.nbytes)
+    np.testing.assert_allclose(dw, want, rtol=1e-4, atol=1e-4)
+    assert not ws.any()
+    if need:
+        with pytest.raises(cc.CuDNNError, match="workSpaceSizeInBytes"):
+            _bwd_filter(h, descs, x, dy, dw, ws, need - 1)
+
+
+def _fail_first_execute(monkeypatch, cls, record):
+    """Make ``cls.execute`` fail once per plan after the legacy layer bound its data (what the
+    plan was handed is kept in ``record``)."""
+    orig = cls.execute
+
+    def failing(self, pack, stream=None):
+        if id(self) not in record:
+            record[id(self)] = {u: type(v) for u, v in pack.data.items()}
+            raise RuntimeError("injected failure after binding (test)")
+        return orig(self, pack, stream)
+    monkeypatch.setattr(cls, "execute", failing)
+
+
+@pytest.mark.gpu
+def test_gpu_cudnn_failing_after_raw_binding_hands_the_next_engine_arrays(rng, monkeypatch, caplog):
+    """The cudnn engine takes raw device pointers; when it then fails at execute, the next engine
+    (cupy, then reference) gets CuPy views of the same buffers and the numbers are right."""
+    import cupy
+    from cudnn_compat._backend.engines.cudnn_engine.plan import CudnnPlan
+    seen: dict = {}
+    _fail_first_execute(monkeypatch, CudnnPlan, seen)
+    cc.plan_cache_clear()
+    h = cc.cudnnCreate("gpu")
+    x, dy, descs, want = _conv_bwd_filter_case(rng, n=3, hw=11)
+    dwg = cupy.full(want.shape, cupy.nan, cupy.float32)
+    try:
+        with caplog.at_level(logging.ERROR, logger="cudnn_compat"):
+            _bwd_filter(h, descs, cupy.asarray(x), cupy.asarray(dy), dwg)
+        assert seen and all(int in types.values() for types in seen.values())  # it was handed raw pointers
+        assert cc._call.last_plan().engine != "cudnn"
+        np.testing.assert_allclose(cupy.asnumpy(dwg), want, rtol=1e-4, atol=1e-4)
+        assert any("injected failure" in r.getMessage() for r in caplog.records)
+    finally:
+        cc.plan_cache_clear()
+
+
+@pytest.mark.gpu
+def test_gpu_cupy_record_plan_failing_after_raw_binding_hands_the_reference_arrays(rng, monkeypatch, caplog):
+    """The cupy engine's record plans take raw pointers too: a failure at execute falls back to the
+    reference engine with views, and the numbers are right."""
+    import cupy
+    from cudnn_compat._backend.engines.cupy_engine import CupyPlan
+    seen: dict = {}
+    _fail_first_execute(monkeypatch, CupyPlan, seen)
+    monkeypatch.setitem(heuristics.ORDER, "gpu", ("cupy", "reference"))
+    cc.plan_cache_clear()
+    h = cc.cudnnCreate("gpu")
+    ad = cc.cudnnCreateActivationDescriptor()
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    x = rng.standard_normal((3, 5, 7, 9)).astype(np.float32)
+    xd = tdesc(x.shape)
+    y = cupy.full(x.shape, cupy.nan, cupy.float32)
+    try:
+        with caplog.at_level(logging.ERROR, logger="cudnn_compat"):
+            cc.cudnnActivationForward(h, ad, 2.0, xd, cupy.asarray(x), 0.0, xd, y)
+        assert seen and cc._call.last_plan().engine == "reference"
+        np.testing.assert_allclose(cupy.asnumpy(y), 2.0 * np.maximum(x, 0.0), rtol=1e-6)
+    finally:
+        cc.plan_cache_clear()

@@ -226,8 +226,8 @@ class CudnnPlan(ExecutionPlan):
             if st:
                 raise EngineDeclined("cudnn", f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)}: "
                                               f"{_lib.last_error()}")
-        except EngineDeclined:
-            _views_for_fallback(self.graph, data)  # the next engine gets CuPy arrays
+        except BaseException:  # declined or failed: the next engine (planner.execute) gets CuPy arrays
+            _views_for_fallback(self.graph, data)
             raise
 
     def _capture(self, plan_ptr: int, vp: int) -> int:
