@@ -68,8 +68,11 @@ def plan_cache_info():
 
 
 def plan_cache_clear() -> None:
-    """Empty the plan cache (the next call of each signature plans again)."""
+    """Empty the plan cache (the next call of each signature plans again) and what fuse() learned
+    about the calls it deferred."""
     _CACHE.clear()
+    from . import fusion
+    fusion._LONE.clear()
 
 
 def _configure_logging() -> None:

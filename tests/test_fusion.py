@@ -119,6 +119,14 @@ class Block:
         return r1, relu(ref_conv(r1, self.w2, (1, 1), (1, 1), (1, 1)) + self.b2.reshape(1, -1, 1, 1) + self.x)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_deferral_history():
+    """fuse() learns which calls run alone (fusion._LONE); each test starts without that history."""
+    fusion._LONE.clear()
+    yield
+    fusion._LONE.clear()
+
+
 def both(block, handle, fn, *shapes):
     """Run ``fn`` unfused and inside fuse(); (unfused buffers, fused buffers, scope)."""
     plain = [block.empty(s) for s in shapes]
@@ -417,3 +425,35 @@ def test_bench_command_fails_clearly_without_gpu(capsys):
     from cudnn_compat import cli
     assert cli.main(["bench"]) == 2
     assert "need a CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_call_that_always_runs_alone_stops_being_deferred(handle, rng, monkeypatch):
+    """A deferrable call that LONE_AFTER flushes ran alone runs at once in later scopes (no recording,
+    same numbers); every REPROBE-th call is deferred again; a pair that fuses stays deferred."""
+    monkeypatch.setattr(fusion, "REPROBE", 2)
+    b = Block(rng)
+    d = b.dev
+    want = relu(ref_conv(b.x, b.w1, (1, 1), (1, 1), (1, 1)))
+    deferred = []
+    for _ in range(fusion.LONE_AFTER + 4):
+        y = b.empty()
+        with cc.fuse(handle) as scope:
+            b.conv(handle, d["x"], d["w1"], y)
+            cc.cudnnActivationForward(handle, b.ad, 1.0, b.xd, y, 0.0, b.xd, y)
+            scope.flush()  # conv+relu merge on the CPU place: flush each alone instead
+        deferred.append(scope.deferred)
+        np.testing.assert_allclose(b.get(y), want, rtol=1e-5, atol=1e-6)
+    assert deferred == [2] * len(deferred)  # conv+relu merge into one graph: always worth deferring
+
+    lone = []
+    for _ in range(fusion.LONE_AFTER + 4):
+        y = b.empty()
+        with cc.fuse(handle) as scope:
+            b.conv(handle, d["x"], d["w1"], y)
+            scope.flush()
+            cc.cudnnActivationForward(handle, b.ad, 1.0, b.xd, y, 0.0, b.xd, y)
+        lone.append(scope.deferred)
+        np.testing.assert_allclose(b.get(y), want, rtol=1e-5, atol=1e-6)
+    # each flushed alone: LONE_AFTER scopes defer both, then REPROBE + 1 run them at once, then a re-probe
+    n = fusion.LONE_AFTER
+    assert lone == [2] * n + [0] * (fusion.REPROBE + 1) + [2], lone
