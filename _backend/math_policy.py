@@ -8,8 +8,8 @@ GEMMs; cuBLAS and the native cuDNN engine alike): 002 §3.1.2.x cudnnMathType_t.
         Tensor Core operation" on Ampere and newer (002 cudnnMathType_t), TENSOR_OP_MATH and
         TENSOR_OP_MATH_ALLOW_CONVERSION permit it too; FMA_MATH "is restricted to only kernels
         that use FMA instructions".  An op with no math type (legacy functions that have no
-        mathType argument: the spatial transformer grid generator, attention's GEMMs, backend
-        API matmuls) computes in full FP32, as those legacy routines did;
+        mathType argument: the spatial transformer grid generator, backend API matmuls; attention's
+        GEMMs carry the attention descriptor's math type) computes in full FP32, as those legacy routines did;
       * NVIDIA_TF32_OVERRIDE is not "0": 002 "The TF32 behavior for CUDNN_DEFAULT_MATH can be
         explicitly disabled by the environment variable NVIDIA_TF32_OVERRIDE=0"; libcudnn and
         cuBLAS read it process-wide, so here it disables TF32 for every math type and path;

@@ -16,8 +16,10 @@ because the IR cannot transpose a virtual tensor.
 
 Masks: the attention window [loWinIdx[t], hiWinIdx[t]) and the key sequence lengths give a
 0/1 mask M [batch, beam, Tq, Tk] built on the host (a data input, so plans do not depend
-on it); the graph forms softmax(smScaler S - BIG (1 - M)) * M, so a query row with an empty
-window attends to nothing (h = 0, out = output bias + residual).  Query rows at or past
+on it; on the GPU kept on the device per window/length content); the graph forms
+A = softmax(smScaler S - BIG (1 - M)) and h = (A Vp) R with R = max_k M, the same as
+(A * M) Vp, so a query row with an empty window attends to nothing (h = 0, out = output bias +
+residual).  Query rows at or past
 the query sequence length are padding: out is written 0 there and dout there is ignored.
 In training mode the forward stores M in the reserve space, because
 cudnnMultiHeadAttnBackwardWeights takes no window arrays; the reserve space holds that mask
@@ -32,6 +34,8 @@ NOT_SUPPORTED (002 "Unsupported features"), as is a non-NULL paddingFill.
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -372,6 +376,7 @@ class _Cfg:
     tk: int
     strides: tuple  # ((role, (batch, beam, time) strides), ...) for roles q, k, v, o
     layout: tuple  # ((kind, offset_elems, dims), ...)
+    math: str = "DEFAULT_MATH"  # the descriptor's math type, stamped on every Matmul (math_policy)
 
 
 def _cfg(a: AttnDescriptor, qd, kd, vd, od, tq: int) -> _Cfg:
@@ -382,16 +387,24 @@ def _cfg(a: AttnDescriptor, qd, kd, vd, od, tq: int) -> _Cfg:
     return _Cfg(a.key(), a.dtype, compute_dtype(a.dtype), a.nHeads, (a.qSize, a.kSize, a.vSize),
                 (a.qProjSize, a.kProjSize, a.vProjSize, a.oProjSize), a.qk_size, a.v_out, a.o_size, a.biases,
                 qd.dimA[BATCH], qd.dimA[BEAM], kd.dimA[BEAM], tq, kd.dimA[TIME], strides,
-                tuple((k, off // item, dims) for k, (off, dims) in sorted(layout.items())))
+                tuple((k, off // item, dims) for k, (off, dims) in sorted(layout.items())),
+                name_of("cudnnMathType_t", a.mathType)[len("CUDNN_"):])
 
 
 class _Graph:
     """Builds the attention graph pieces on demand (a piece no output needs is never built, so
-    every virtual tensor has a consumer).  Tensors are 5-d: [batch, beam, head, row, col]."""
+    every virtual tensor has a consumer).  Tensors are 5-d: [batch, beam, head, row, col].
+
+    Precision: the softmax, its input and its gradient, the masks and every Reduction are in the
+    compute type; the operands and products of the GEMMs (projections, scores S, probabilities A,
+    heads h, their gradients) are in ``lo``, the data type for HALF data (as torch's and cuDNN's
+    fp16 attention keep them), so every Matmul is fp16 x fp16 -> fp16 with fp32 accumulation
+    (tensor cores under TENSOR_OP_MATH) and the big [.., Tq, Tk] tensors move half the bytes."""
 
     def __init__(self, name: str, c: _Cfg):
         self.c = c
         self.b = bg.GraphBuilder(name, c.ct)
+        self.lo = c.dtype if c.dtype == "float16" else c.ct
         self.memo = {}
         self.weights = {k: (off, dims) for k, off, dims in c.layout}
         self.strides = dict(c.strides)
@@ -447,7 +460,14 @@ class _Graph:
 
     def mm(self, a, b):
         batch = tuple(max(x, y) for x, y in zip(a.dims[:-2], b.dims[:-2]))
-        return self.b.mm(a, b, out=self.b.virt(batch + (a.dims[-2], b.dims[-1])))
+        out = self.b.virt(batch + (a.dims[-2], b.dims[-1]), self.lo)
+        self.b.op("Matmul", {"a": a, "b": b}, {"c": out}, {"math_type": self.c.math})
+        return out
+
+    def low(self, mode, x, b=None, **kw):
+        """Pointwise ``mode`` whose result feeds GEMMs: a ``lo`` virtual tensor."""
+        dims = x.dims if b is None else tuple(max(p, q) for p, q in zip(x.dims, b.dims))
+        return self.b.pw(mode, x, b, out=self.b.virt(dims, self.lo), **kw)
 
     def reduce(self, x, dims, out=None):
         out = out if out is not None else self.b.virt(dims)
@@ -455,7 +475,7 @@ class _Graph:
         return out
 
     def softmax(self, x, axis):
-        y = self.b.virt(x.dims)
+        y = self.b.virt(x.dims, self.lo)
         self.b.op("Softmax", {"x": x}, {"y": y}, {"algorithm": "ACCURATE", "axes": (axis,)})
         return y
 
@@ -485,7 +505,7 @@ class _Graph:
         y = self.mm(self.weight(kind), x) if transposed else self.mm(x, self.weight(kind, transposed=True))
         bkind = f"CUDNN_MH_ATTN_{which}_BIASES"
         if self.has(bkind):
-            y = self.pw2("ADD", y, self.bias(bkind, column=transposed))
+            y = self.low("ADD", y, self.bias(bkind, column=transposed))
         return y
 
     def input(self, which, transposed=False):
@@ -506,8 +526,20 @@ class _Graph:
     def not_mask(self, transposed):
         return self.get(("notmask", transposed), lambda: self.b.pw("NOT", self.mask(transposed)))
 
-    def probs(self, transposed=False, masked=True):
-        """A = softmax(smScaler S - BIG (1 - M)) (* M when ``masked``); S = Qp Kp^T, or S^T."""
+    def row_any(self, transposed=False):
+        """R = max over keys of M: [B, beam, 1, Tq, 1] (or [.., 1, Tq]); 0 for a query row whose
+        window is empty."""
+        c = self.c
+        dims = (c.b, c.bq, 1, 1, c.tq) if transposed else (c.b, c.bq, 1, c.tq, 1)
+        return self.get(("rowany", transposed),
+                        lambda: self.b.op("Reduction", {"x": self.mask(transposed)}, {"y": self.b.virt(dims)},
+                                          {"mode": "MAX"})["y"])
+
+    def probs(self, transposed=False):
+        """A = softmax(smScaler S - BIG (1 - M)); S = Qp Kp^T, or S^T.  Masked keys get exactly 0
+        (exp(-BIG) underflows) unless the whole row is masked; such rows are zeroed by R on the
+        other GEMM operand (h = (A Vp) R, dVp = A^T (dh R)), which is the same as A * M but keeps
+        the softmax free of a broadcast epilogue (so its fast row kernel applies)."""
         c = self.c
 
         def pre():
@@ -520,14 +552,11 @@ class _Graph:
             z = self.pw2("SUB", s, self.not_mask(transposed), self.b.scalar("smScaler"), self.b.scalar("big"), dims=dims)
             return self.softmax(z, axis)
 
-        apre = self.get(("apre", transposed), pre)
-        if not masked:
-            return apre
-        return self.get(("a", transposed), lambda: self.b.pw("MUL", apre, self.mask(transposed)))
+        return self.get(("apre", transposed), pre)
 
     def heads_out(self):
         """h = A Vp  [B, beam, H, Tq, Pv]."""
-        return self.get("h", lambda: self.mm(self.probs(), self.projected("V")))
+        return self.get("h", lambda: self.low("MUL", self.mm(self.probs(), self.projected("V")), self.row_any()))
 
     def out_view(self, buf, transposed=False):
         """The output-shaped view of ``buf`` (out, residuals, dout): [B, beam, 1, Tq, Po], or the
@@ -551,7 +580,7 @@ class _Graph:
     # -- backward -----------------------------------------------------------------------------------
     def d_out(self, transposed=False):
         """dY = dout * rowMask, in the output view (padding rows of dout are ignored)."""
-        return self.get(("dy", transposed), lambda: self.b.pw("MUL", self.out_view("dout", transposed), self.rows(transposed)))
+        return self.get(("dy", transposed), lambda: self.low("MUL", self.out_view("dout", transposed), self.rows(transposed)))
 
     def d_heads(self, transposed=False):
         """dh = dY W_O [B, beam, H, Tq, Pv] (or dh^T = W_O^T dY^T)."""
@@ -564,6 +593,10 @@ class _Graph:
             return self.mm(dy, self.weight("CUDNN_MH_ATTN_O_WEIGHTS"))
         return self.get(("dh", transposed), fn)
 
+    def d_heads_rows(self, transposed=False):
+        """dh R (or dh^T R^T): the gradient reaching A from h = (A Vp) R."""
+        return self.get(("dhr", transposed), lambda: self.low("MUL", self.d_heads(transposed), self.row_any(transposed)))
+
     def d_scores(self, transposed=False):
         """dS = smScaler * softmax'(dA * M) with dA = dh Vp^T (or dS^T from dA^T = Vp dh^T)."""
         def fn():
@@ -572,8 +605,8 @@ class _Graph:
             else:
                 da = self.mm(self.d_heads(), self.projected("V", True))
             dam = self.b.pw("MUL", da, self.mask(transposed))
-            dz = self.softmax_bwd(self.probs(transposed, masked=False), dam, 3 if transposed else 4)
-            return self.b.pw("IDENTITY", dz, alpha1=self.b.scalar("smScaler"))
+            dz = self.softmax_bwd(self.probs(transposed), dam, 3 if transposed else 4)
+            return self.low("IDENTITY", dz, alpha1=self.b.scalar("smScaler"))
         return self.get(("ds", transposed), fn)
 
     def d_projected(self, which):
@@ -583,7 +616,7 @@ class _Graph:
                 return self.mm(self.d_scores(), self.projected("K"))
             if which == "K":
                 return self.mm(self.d_scores(True), self.projected("Q"))
-            return self.mm(self.probs(True), self.d_heads())
+            return self.mm(self.probs(True), self.d_heads_rows())
         return self.get(("dproj", which), fn)
 
     def d_projected_t(self, which):
@@ -593,7 +626,7 @@ class _Graph:
                 return self.mm(self.projected("K", True), self.d_scores(True))
             if which == "K":
                 return self.mm(self.projected("Q", True), self.d_scores())
-            return self.mm(self.d_heads(True), self.probs())
+            return self.mm(self.d_heads_rows(True), self.probs())
         return self.get(("dprojT", which), fn)
 
     def backward_data(self):
@@ -691,6 +724,34 @@ def _window_mask(a, q, k, lo, hi, rows, ct) -> tuple:
     return mask.astype(npt), row_ok.astype(npt)
 
 
+_MASKS: OrderedDict = OrderedDict()  # (device, inputs) -> (mask, rowMask) on the device
+_MASKS_MAX = 4
+_MASKS_LOCK = threading.Lock()
+
+
+def _placed_masks(h, a, q, k, lo, hi, rows, ct) -> tuple:
+    """``_window_mask`` where ``h`` runs.  On the GPU place the pair is kept (an LRU of
+    ``_MASKS_MAX``) keyed by everything it depends on, so a repeated call neither rebuilds the
+    [B, beam, Tq, Tk] mask on the host nor copies it to the device again (33 MB at batch 32,
+    512 tokens: milliseconds per call)."""
+    if h.place == "cpu":
+        return _window_mask(a, q, k, lo, hi, rows, ct)
+    key = (getattr(h, "device", 0), ct, k.dimA[TIME], lo.tobytes(), hi.tobytes(), np.asarray(rows).tobytes(),
+           q.lengths().tobytes(), q.lengths().shape, k.lengths().tobytes(), k.lengths().shape)
+    with _MASKS_LOCK:
+        hit = _MASKS.get(key)
+        if hit is not None:
+            _MASKS.move_to_end(key)
+            return hit
+    mask, row_mask = _window_mask(a, q, k, lo, hi, rows, ct)
+    hit = (on_place(h, mask), on_place(h, row_mask))
+    with _MASKS_LOCK:
+        _MASKS[key] = hit
+        while len(_MASKS) > _MASKS_MAX:
+            _MASKS.popitem(last=False)
+    return hit
+
+
 def _windows(loWinIdx, hiWinIdx, rows):
     n = int(max(rows)) + 1
     lo, hi = host_ints(loWinIdx, n, "loWinIdx"), host_ints(hiWinIdx, n, "hiWinIdx")
@@ -763,7 +824,7 @@ def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLe
     if training:
         need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
         _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
-    mask, row_mask = _window_mask(a, q, k, lo, hi, np.array(rows), cfg.ct)
+    mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
     seqs = [(queries, q, "queries", False), (keys, k, "keys", False), (values, v, "values", False), (out, o, "out", True)]
     if with_res:
         seqs.append((residuals, q, "residuals", False))
@@ -786,7 +847,7 @@ def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLe
     item = dtypes.itemsize(a.dtype) * max(int(currIdx), 0)  # currIdx >= 0: views start at that time step
     step, o_step = q.strides()[TIME] * item, o.strides()[TIME] * item
     buffers = {"queries": bg.at(queries, step), "keys": keys, "values": values, "out": bg.at(out, o_step),
-               "weights": weights, "mask": on_place(h, mask), "rowMask": on_place(h, row_mask), "reserveSpace": reserveSpace}
+               "weights": weights, "mask": mask, "rowMask": row_mask, "reserveSpace": reserveSpace}
     if with_res:
         buffers["residuals"] = bg.at(residuals, step)
     _run(h, a, "Forward", cfg, build, buffers, (with_res, training))
@@ -812,7 +873,7 @@ def multiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLength
     cfg = _cfg(a, q, k, v, o, len(rows))
     need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
     _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
-    mask, row_mask = _window_mask(a, q, k, lo, hi, np.array(rows), cfg.ct)
+    mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
     dout, dqueries, queries, dkeys, keys, dvalues, values, weights, _rs = _checked(
         h, a, [(dout, o, "dout", False), (dqueries, q, "dqueries", True), (queries, q, "queries", False),
                (dkeys, k, "dkeys", True), (keys, k, "keys", False), (dvalues, v, "dvalues", True),
@@ -824,7 +885,7 @@ def multiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLength
         return g.b
 
     buffers = {"dout": dout, "dqueries": dqueries, "queries": queries, "dkeys": dkeys, "keys": keys, "dvalues": dvalues,
-               "values": values, "weights": weights, "mask": on_place(h, mask), "rowMask": on_place(h, row_mask)}
+               "values": values, "weights": weights, "mask": mask, "rowMask": row_mask}
     _run(h, a, "BackwardData", cfg, build, buffers)
 
 

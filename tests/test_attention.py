@@ -87,13 +87,14 @@ class Setup:
     """One attention configuration with random data, weights placed through GetMultiHeadAttnWeights."""
 
     def __init__(self, handle, rng, dtype=F32, nh=2, sizes=(4, 3, 5), proj=(3, 3, 2, 6), biases=True, nb=2, nbeam=1,
-                 one_to_one=False, tq=3, tk=4, axes=(B, BEAM, T, V), sm=0.7, len_q=None, len_k=None, lo=None, hi=None):
+                 one_to_one=False, tq=3, tk=4, axes=(B, BEAM, T, V), sm=0.7, len_q=None, len_k=None, lo=None, hi=None,
+                 math=cc.CUDNN_DEFAULT_MATH):
         self.h, self.dtype, self.nh, self.sm, self.axes = handle, dtype, nh, sm, axes
         qs, ks, vs = sizes
         qp, kp, vp, op = proj
         mode = (cc.CUDNN_ATTN_ENABLE_PROJ_BIASES if biases else 0) | (cc.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE if one_to_one else 0)
         self.attn = cc.cudnnCreateAttnDescriptor()
-        cc.cudnnSetAttnDescriptor(self.attn, mode, nh, sm, dtype, dtype, cc.CUDNN_DEFAULT_MATH, None, None,
+        cc.cudnnSetAttnDescriptor(self.attn, mode, nh, sm, dtype, dtype, math, None, None,
                                   qs, ks, vs, qp, kp, vp, op, tq + 1, tk + 2, nb + 1, nbeam + 1)
         nbk = nbeam if one_to_one else 1
         self.one_to_one = one_to_one

@@ -305,7 +305,7 @@ def test_engines_follow_what_the_engines_declare():
     assert [n for n, _ in e(("ConvolutionForward", "Pointwise"))] == ["reference", "cupy", "cudnn"]
     assert [n for n, _ in e(("Softmax", "Pointwise"))] == ["reference", "cupy"]
     assert [n for n, _ in e(("Pointwise",))] == ["reference", "cupy"]  # no pure pointwise graphs in cudnn
-    assert [n for n, _ in e(("CTCLoss",))] == ["reference"]
+    assert [n for n, _ in e(("CTCLoss",))] == ["reference", "cupy"]  # cupy_engine/ctc.py (issue 18)
     assert e(("NoSuchKind",)) == []
 
 

@@ -111,6 +111,21 @@ class CupyPlan(ExecutionPlan):
             self._path.clear()
 
 
+def epilogue_temps(step, runs) -> list:
+    """``runs`` of a heavy step, the first with every virtual tensor its epilogues store (read by
+    later steps: softmax * mask in attention) among the temps it allocates (issue 18: those were
+    never allocated, a KeyError at launch)."""
+    need = [t for g in step.epilogues.values() for t in g.stores.values() if t.is_virtual]
+    have = {t.uid for r in runs for t in getattr(r, "temps", ())}
+    missing = [t for t in need if t.uid not in have]
+    if missing:
+        first = next((r for r in runs if isinstance(getattr(r, "temps", None), list)), None)
+        if first is None:  # pragma: no cover - every heavy run type keeps a temps list
+            raise ValueError(f"{step.op.kind}: no run allocates the epilogue outputs")
+        first.temps = list(first.temps) + missing
+    return runs
+
+
 def _span_bytes(t) -> int:
     from ... import dtypes
     return (1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))) * dtypes.itemsize(t.dtype)
@@ -183,7 +198,7 @@ class CupyEngine(Engine):
         runs = []
         for step in partition(graph):
             if isinstance(step, HeavyStep):
-                runs += IMPLS[step.op.kind].build(step)
+                runs += epilogue_temps(step, IMPLS[step.op.kind].build(step))
             else:
                 runs.append(group_run(step))
         return CupyPlan(graph, config, runs)
@@ -206,3 +221,10 @@ register(stencil.KINDS, stencil)
 from . import rnn  # noqa: E402  (RNN recurrence and Rng)
 
 register(rnn.KINDS, rnn)
+
+from . import ctc, sampler  # noqa: E402  (CTC loss; the spatial-transformer sampler)
+from .fusion import EPILOGUE_ROLES  # noqa: E402
+
+register(ctc.KINDS, ctc)
+register(sampler.KINDS, sampler)
+EPILOGUE_ROLES.update(sampler.EPILOGUE_ROLES)  # the sampler kernels apply the output blend themselves

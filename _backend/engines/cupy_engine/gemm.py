@@ -137,7 +137,7 @@ def matmul(a, b, compute: str):
     if not calls:
         return cp.zeros(c_shape, dtype=a.dtype)
     c = cp.empty(c_shape, dtype=a.dtype)
-    dt = "float64" if a.dtype == cp.float64 else "float32"
+    dt = "float64" if a.dtype == cp.float64 else ("float16" if a.dtype == cp.float16 else "float32")
     isz = a.itemsize
     base = {"A": int(a.data.ptr), "B": int(b.data.ptr), "C": int(c.data.ptr)}
     blas = Cublas.get()
@@ -203,11 +203,22 @@ def build(step) -> list:
     return [_conv(op)]
 
 
+TENSOR_OP = ("TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION")
+
+
+def half_direct(op) -> bool:
+    """fp16 a, b and c under a TENSOR_OP math type: cuBLAS takes the half operands as they are
+    (fp16 x fp16 -> fp16, fp32 accumulation: tensor cores); else half is widened to float32 and
+    the product runs as FP32 math (math_policy: half data use tensor cores only when allowed)."""
+    return (all(t.dtype == "float16" for t in (op.inputs["a"], op.inputs["b"], op.outputs["c"]))
+            and op.attrs.get("math_type") in TENSOR_OP)
+
+
 def _matmul(op):
     a_t, b_t, c_t = op.inputs["a"], op.inputs["b"], op.outputs["c"]
-    ct = compute_of(a_t, b_t, c_t)
+    ct = "float16" if half_direct(op) else compute_of(a_t, b_t, c_t)
     write = Writer(c_t, ct)
-    comp = _compute(op, ct, (a_t, b_t, c_t))
+    comp = "float32" if ct == "float16" else _compute(op, ct, (a_t, b_t, c_t))
 
     def fn(env, ctx):
         write(env, matmul(read(env, a_t, ct), read(env, b_t, ct), comp))
