@@ -166,11 +166,18 @@ class ConfigFile:
     next write.  Writes are atomic (a temporary file in the same folder, then ``os.replace``), so
     a reader never sees half a file; writers from several processes serialize on an advisory
     lock (``<file>.lock``, POSIX ``flock``) and merge into what is on disk, so none loses
-    another's entries.  The file is read again when its size or mtime changed."""
+    another's entries (the writer reads the file again under the lock, whatever its stamp).  The
+    file is read again when its inode, size or mtime changed.
+
+    Several GPUs (issue 17, docs/multi_gpu.md): one file may serve every process of a multi-GPU job
+    (one process per GPU under torchrun), concurrently.  Entries are valid per kind of GPU: the
+    cudnn engine's signatures include the device name, compute capability and libcudnn version
+    (``cudnn_engine.autotune.signature``), and each value records them as ``"device"``, so a file
+    shared by GPUs of two kinds keeps a choice per kind, and the GPUs of one kind share theirs."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._seen: dict = {}  # path -> ((mtime_ns, size), entries)
+        self._seen: dict = {}  # path -> (_stamp of the file, entries)
         self._warned: set = set()
 
     @staticmethod
@@ -184,8 +191,11 @@ class ConfigFile:
             warnings.warn(f"{FILE_ENV}: {what}; ignoring it", PlanCacheFileWarning, stacklevel=4)
             log.warning("%s: %s; ignoring it", FILE_ENV, what)
 
-    def _read(self, path: str) -> dict:
-        """The file's entries ({engine: {key: value}}); {} when missing, unreadable or corrupt."""
+    def _read(self, path: str, fresh: bool = False) -> dict:
+        """The file's entries ({engine: {key: value}}); {} when missing, unreadable or corrupt.
+        ``fresh``: read it even when its stamp is unchanged (a writer, under the lock: another
+        process may have replaced it within the file system's timestamp granularity with a file
+        of the same size, and merging into a stale copy would drop that process's entry)."""
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -193,9 +203,9 @@ class ConfigFile:
         except OSError as e:
             self._warn(f"cannot stat {path} ({e})", (path, "stat"))
             return {}
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = _stamp(st)
         seen = self._seen.get(path)
-        if seen is not None and seen[0] == stamp:
+        if seen is not None and seen[0] == stamp and not fresh:
             return seen[1]
         try:
             with open(path, "r", encoding="utf-8") as f:
@@ -230,7 +240,7 @@ class ConfigFile:
         with self._lock:
             try:
                 with _FileLock(path + ".lock"):
-                    entries = self._read(path)
+                    entries = self._read(path, fresh=True)
                     mine = dict(entries.get(engine, {}))
                     mine.pop(_digest(signature), None)
                     mine[_digest(signature)] = value
@@ -238,8 +248,7 @@ class ConfigFile:
                         mine.pop(next(iter(mine)))
                     entries = dict(entries, **{engine: mine})
                     _atomic_write(path, {"format": FILE_FORMAT, "version": FILE_VERSION, "entries": entries})
-                    st = os.stat(path)
-                    self._seen[path] = ((st.st_mtime_ns, st.st_size), entries)
+                    self._seen[path] = (_stamp(os.stat(path)), entries)
             except OSError as e:
                 self._warn(f"cannot write {path} ({type(e).__name__}: {e})", (path, "write"))
                 return False
@@ -250,6 +259,11 @@ class ConfigFile:
         with self._lock:
             self._seen.clear()
             self._warned.clear()
+
+
+def _stamp(st) -> tuple:
+    """What says the file changed: every write is a new file (``os.replace``), so a new inode."""
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _digest(signature: str) -> str:

@@ -1,13 +1,25 @@
 """The library handle and version queries (002 §3.2.5 cudnnCreate, §3.2.20 cudnnDestroy,
 §3.2.87/§3.2.61 SetStream/GetStream, §3.2.63 GetVersion, §3.2.43 GetErrorString,
-§3.2.60 GetProperty)."""
+§3.2.60 GetProperty).
+
+Devices (issue 17, docs/multi_gpu.md): cudnnCreate binds the CUDA device current at creation
+(002 §3.2.5: "the handle is tied to the current device"; CuPy's ``cupy.cuda.Device(i)`` context
+sets it) and records it as ``Handle.device``.  Every legacy call runs on that device: a call made
+while another device is current switches to the handle's device for its duration
+(``on_device``); the check is one attribute test on a single-GPU process (``Handle.switch`` is
+False when the process sees one device).  ``cudnnSetStream`` takes only streams of that device."""
 from __future__ import annotations
+
+import ctypes
+import threading
+import warnings
 
 from ._descriptor import Descriptor, resolve
 from ._place import default_place, gpu_reason
 from ._registry import legacy
 from .enums import ENUMS
-from .errors import CUDNN_STATUS_INVALID_VALUE, CUDNN_STATUS_NOT_INITIALIZED, CuDNNError, bad_param
+from .errors import CUDNN_STATUS_INVALID_VALUE, CUDNN_STATUS_MAPPING_ERROR, CUDNN_STATUS_NOT_INITIALIZED, CuDNNError
+from .errors import bad_param
 from .errors import getErrorString as _getErrorString
 
 # The version old callers see (the last 8.x), and the library property triple.
@@ -16,7 +28,10 @@ _PROPERTIES = (8, 9, 7)
 
 
 class Handle(Descriptor):
-    """cudnnHandle_t: a place ('cpu' or 'gpu'), the device id and the bound stream."""
+    """cudnnHandle_t: a place ('cpu' or 'gpu'), the device id and the bound stream.
+
+    ``device``: the CUDA device current at creation (0 on the CPU place).  ``switch``: whether
+    calls must check the current device (a GPU handle in a process that sees several devices)."""
 
     kind = "cudnnHandle_t"
 
@@ -24,10 +39,12 @@ class Handle(Descriptor):
         super().__init__()
         self.place = place
         self.device = 0
+        self.switch = False
         self.stream = None  # None: the legacy default stream
         if place == "gpu":
             import cupy
-            self.device = cupy.cuda.runtime.getDevice()
+            self.device = int(cupy.cuda.runtime.getDevice())
+            self.switch = int(cupy.cuda.runtime.getDeviceCount()) > 1
         self.touched()
 
     def _settings(self):
@@ -36,6 +53,91 @@ class Handle(Descriptor):
 
 def get_handle(handle) -> Handle:
     return resolve(handle, Handle, "handle")
+
+
+def current_device() -> int:
+    """The calling thread's current CUDA device (cudaGetDevice)."""
+    import cupy
+    return cupy.cuda.runtime.getDevice()
+
+
+def on_device(handle, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with ``handle``'s device current (CuPy's ``Device`` context: the
+    previous device is current again afterwards, also when ``fn`` raises).  Callers test
+    ``handle.switch and handle.device != current_device()`` first, so a call already on its
+    device (every call of a single-GPU process) pays one attribute test."""
+    import cupy
+    with cupy.cuda.Device(handle.device):
+        return fn(*args, **kwargs)
+
+
+def wrong_device(handle) -> bool:
+    """Whether a call on ``handle`` must switch device first (see ``on_device``)."""
+    return handle.switch and handle.device != current_device()
+
+
+# -- the device of a raw cudaStream_t (cudnnSetStream's context rule) ----------------------------------
+# CuPy has no binding of cudaStreamGetDevice, so the driver API through ctypes: cuStreamGetDevice
+# (CUDA 12.8 drivers) or cuStreamGetCtx + cuCtxGetDevice (older ones); None when neither answers
+# (then the stream is accepted, as before).  STREAM_DEVICE[0] replaces the query (tests).
+STREAM_DEVICE: list = [None]
+_SPECIAL_STREAMS = (1, 2)  # cudaStreamLegacy, cudaStreamPerThread: the current device's own streams
+_driver_lock = threading.Lock()
+_DRIVER: list = []
+
+
+def _libcuda():
+    with _driver_lock:
+        if not _DRIVER:
+            try:
+                _DRIVER.append(ctypes.CDLL("libcuda.so.1"))
+            except OSError:
+                try:
+                    _DRIVER.append(ctypes.CDLL("nvcuda.dll"))
+                except OSError:
+                    _DRIVER.append(None)
+    return _DRIVER[0]
+
+
+def stream_device(ptr: int) -> "int | None":
+    """The device ordinal a raw stream belongs to, or None when the driver cannot say."""
+    if STREAM_DEVICE[0] is not None:
+        return STREAM_DEVICE[0](ptr)
+    lib = _libcuda()
+    if lib is None:
+        return None
+    dev = ctypes.c_int(-1)
+    try:
+        f = getattr(lib, "cuStreamGetDevice", None)
+        if f is not None and f(ctypes.c_void_p(ptr), ctypes.byref(dev)) == 0:
+            return dev.value
+        ctx, old = ctypes.c_void_p(), ctypes.c_void_p()
+        if lib.cuStreamGetCtx(ctypes.c_void_p(ptr), ctypes.byref(ctx)) != 0 or not ctx.value:
+            return None
+        if lib.cuCtxPushCurrent_v2(ctx) != 0:
+            return None
+        try:
+            ok = lib.cuCtxGetDevice(ctypes.byref(dev)) == 0
+        finally:
+            lib.cuCtxPopCurrent_v2(ctypes.byref(old))
+        return dev.value if ok else None
+    except (AttributeError, OSError):
+        return None
+
+
+def _stream_types(cupy) -> tuple:
+    """CuPy's stream classes: ``Stream``, and ``ExternalStream`` (no subclass of it)."""
+    ext = getattr(cupy.cuda, "ExternalStream", None)
+    return (cupy.cuda.Stream,) if not isinstance(ext, type) else (cupy.cuda.Stream, ext)
+
+
+def _check_stream_device(h: Handle, device: "int | None", what: str) -> None:
+    """002 §3.2.89: a stream of another device than the handle's is CUDNN_STATUS_MAPPING_ERROR
+    ("mismatch between the user stream and the cuDNN handle context")."""
+    if device is not None and device >= 0 and device != h.device:
+        raise CuDNNError(CUDNN_STATUS_MAPPING_ERROR, "streamId",
+                         f"{what} belongs to device {device}, the handle to device {h.device} "
+                         f"(cudnnCreate binds the current device; create one handle per device)")
 
 
 @legacy("cudnnCreate")
@@ -61,7 +163,11 @@ def destroy(handle) -> None:
 
 @legacy("cudnnSetStream")
 def setStream(handle, stream) -> None:
-    """Bind a stream: a ``cupy.cuda.Stream``, a raw cudaStream_t int, or 0/None for the default."""
+    """Bind a stream: a ``cupy.cuda.Stream``, a raw cudaStream_t int, or 0/None for the default.
+
+    002 §3.2.89: a stream of another device than the handle's is CUDNN_STATUS_MAPPING_ERROR;
+    CuPy's null/per-thread streams (``device_id`` -1) and cudaStreamLegacy/PerThread (1, 2) are
+    the default streams of whichever device is current, so of the handle's device in its calls."""
     h = get_handle(handle)
     if stream is None or (isinstance(stream, int) and stream == 0):
         h.stream = None
@@ -69,10 +175,15 @@ def setStream(handle, stream) -> None:
         h.stream = stream  # recorded; CPU work is synchronous
     else:
         import cupy
-        if isinstance(stream, cupy.cuda.Stream):
+        if isinstance(stream, _stream_types(cupy)):
+            _check_stream_device(h, getattr(stream, "device_id", -1), f"the stream {stream!r}")
             h.stream = stream
         elif isinstance(stream, int):
-            h.stream = cupy.cuda.ExternalStream(stream)
+            if int(stream) not in _SPECIAL_STREAMS:
+                _check_stream_device(h, stream_device(int(stream)), f"the cudaStream_t {int(stream):#x}")
+            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream (Stream.from_external
+                warnings.simplefilter("ignore", DeprecationWarning)  # takes only protocol objects)
+                h.stream = cupy.cuda.ExternalStream(int(stream), h.device if int(stream) not in _SPECIAL_STREAMS else -1)
         else:
             raise bad_param("streamId", f"must be a cupy.cuda.Stream or a cudaStream_t int, got {type(stream).__name__}")
 

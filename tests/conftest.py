@@ -20,6 +20,22 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    _skip_multigpu(items, reason)
+
+
+def _skip_multigpu(items, reason) -> None:
+    """``multigpu`` tests need 2 or more CUDA devices (issue 17): skipped with fewer."""
+    marked = [item for item in items if "multigpu" in item.keywords]
+    if not marked:
+        return
+    if reason is None:
+        import cupy
+        n = cupy.cuda.runtime.getDeviceCount()
+        reason = None if n >= 2 else f"{n} CUDA device(s) visible"
+    if reason:
+        skip = pytest.mark.skip(reason=f"multigpu test (needs 2 GPUs): {reason}")
+        for item in marked:
+            item.add_marker(skip)
 
 
 @pytest.fixture

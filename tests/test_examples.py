@@ -294,6 +294,7 @@ EXAMPLE_COMMANDS = {
     "v7_c_style.py": ([], "ran on the cpu place"),
     "cupy13_script.py": (["--allow-stub"], "on the cpu place"),
     "chainer_style_cnn.py": (["--allow-stub"], "place: cpu"),
+    "multi_gpu_data_parallel.py": (["--place", "cpu", "--batch", "4", "--size", "8", "--steps", "2"], "step 2: loss"),
     "resnet50_legacy.py": (["--place", "cpu", "--batch", "2", "--size", "32", "--width", "0.0625", "--steps", "2",
                             "--blocks", "1"], "step 1: loss"),
 }

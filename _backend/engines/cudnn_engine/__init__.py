@@ -4,7 +4,8 @@
 - ``graph``: IR -> backend spec (pure Python; declines with a reason) -> descriptors.
 - ``configs``: native heuristics (modes A/B/FALLBACK = CUDNN_HEUR_MODE_A/B/FALLBACK),
   engine configs with knobs and notes, math-type and legacy-algorithm selection.
-- ``autotune``: mode A times the first few configs that finalize and keeps the fastest.
+- ``autotune``: mode A times the first few configs that finalize (for a plain convolution
+  also the FALLBACK heuristic's and one of each other engine) and keeps the fastest.
 - ``plan``: the ExecutionPlan and its lean per-call path.
 - ``lib``: libcudnn 9 through ctypes, found with ``cuda.pathfinder``.
 
@@ -31,7 +32,7 @@ class _State:
         self.candidates = []
         self.spec = None
         self.reason = None
-        self.pending = {}  # EngineConfig -> (NativeGraph, plan desc, workspace, keep)
+        self.pending = {}  # (device, EngineConfig) -> (NativeGraph, plan desc, workspace, keep)
         self.autotune = None  # [(config, ms)] timed by the last mode-A query
 
     def __del__(self):
@@ -116,8 +117,9 @@ class CudnnEngine(Engine):
         except _lib.CudnnStatusError as e:
             why.append(f"{tag}: cuDNN rejected the operation graph ({e})")
             return []
+        tune = mode == "A" and _autotune.extra_k(spec, _autotune.top_k(spec)) > 0  # plain conv: + FALLBACK list
         try:
-            found = _configs.query(_lib, ng.graph, mode)
+            found = _configs.query(_lib, ng.graph, mode, tune=tune)
         except _lib.CudnnStatusError as e:
             ng.destroy()
             why.append(f"{tag}: cuDNN heuristics (mode {mode}) failed ({e})")
@@ -137,17 +139,25 @@ class CudnnEngine(Engine):
         key = _autotune.memo_key(spec, cfgs) if k > 1 else None
         known = _autotune.known(key, spec, cfgs, _device()) if key else None
         order = [known] + [c for c in cfgs if c != known] if known else cfgs
-        want = 1 if (known or k <= 1) else k
-        finalized, errors = [], []
-        for cfg in order:
+        errors = []
+
+        def finalize(cfg, extra):
+            if extra and not _autotune.extra_ok(cfg):
+                return None
             try:
                 plan, wsz, keep = _configs.execution_plan(_lib, handle, ng.graph, cfg)
             except _lib.CudnnStatusError as e:
                 errors.append(f"{cfg}: {e.detail or e}")
-                continue
-            finalized.append((cfg, plan, wsz, keep))
-            if len(finalized) >= want:
-                break
+                return None
+            if extra and wsz > _autotune.EXTRA_WORKSPACE_CAP:
+                for d in reversed(keep):
+                    d.destroy()
+                return None
+            return plan, wsz, keep
+
+        # a remembered winner alone; else mode A's first k, then up to extra_k more for variety
+        k_main, k_extra = (1, 0) if (known or k <= 1) else (k, _autotune.extra_k(spec, k))
+        finalized = [(c,) + got for c, got in _configs.tuning_order(order, k_main, k_extra, finalize)]
         if not finalized:
             ng.destroy()
             why.append(f"{tag}: no engine config finalized ({'; '.join(e[:300] for e in errors[:3])})")
@@ -164,7 +174,7 @@ class CudnnEngine(Engine):
             finalized = [finalized[best]]
             _autotune.remember(key, spec, cfgs, _device(), finalized[0][0], times[best])
         cfg, plan, wsz, keep = finalized[0]
-        st.pending[cfg] = (ng, plan, wsz, keep)
+        st.pending[(_device(), cfg)] = (ng, plan, wsz, keep)  # native objects of this device (issue 17)
         return [cfg] + [c for c in cfgs if c != cfg]
 
     def build(self, graph, config):
@@ -176,7 +186,7 @@ class CudnnEngine(Engine):
         from .plan import CudnnPlan
         device = _device()
         spec = st.spec
-        pending = st.pending.pop(config, None)
+        pending = st.pending.pop((device, config), None)
         if pending is None:
             handle = _lib.handle_for(device, 0)
             try:

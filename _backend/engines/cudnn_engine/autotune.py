@@ -3,10 +3,15 @@ A/B lists are ranked by prediction; the frontend's ``cudnnFindPlan`` and torch's
 ``cudnn.benchmark`` time them).  Used when a plan is built, so a cached legacy call runs
 the config that is really fastest here, not only the predicted one.
 
-``CUDNN_COMPAT_CUDNN_AUTOTUNE``: how many finalizable configs to time (default 8; 3 for
-runtime-fusion graphs, whose plans compile at finalize; 0 or 1 turns timing off).  Timing
-runs each plan on scratch buffers of the graph's tensor sizes (zeros; by-value scalars
-1.0), once to warm up and ``REPS`` times between CUDA events.  Results are remembered per
+``CUDNN_COMPAT_CUDNN_AUTOTUNE``: how many finalizable configs of mode A's list to time (default 8;
+3 for runtime-fusion graphs, whose plans compile at finalize; 0 or 1 turns timing off).  For a
+plain convolution graph (pattern conv_blend) as many again are timed for variety
+(``extra_k``; ``configs.tuning_order``): the FALLBACK heuristic's configs and one config of each
+engine not yet timed, except runtime-compiled ones (``extra_ok``) and any needing more than
+``EXTRA_WORKSPACE_CAP`` bytes of workspace.
+Timing runs each plan on scratch buffers of the graph's tensor sizes (zeros; by-value scalars
+1.0), once to warm up, once timed and, unless that run took ``PRUNE`` times the best so far,
+``REPS`` times more between CUDA events.  Results are remembered per
 (backend graph, candidate configs), so the legacy algorithms that map to the same configs
 share one tuning; with ``CUDNN_COMPAT_PLAN_CACHE_FILE`` set they also persist to that file
 (``_backend.plan_cache.ConfigFile``: engine global index + knob choices per signature of
@@ -23,6 +28,8 @@ from ...plan_cache import chosen_config, remember_config
 from . import lib as _lib
 
 REPS = 3
+PRUNE = 2.0  # a plan whose first timed run takes this many times the best so far is not run more
+EXTRA_WORKSPACE_CAP = 256 << 20  # bytes: variety picks needing more are not timed
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4,
              "int64": 8, "bool": 1}
 _MEMO: dict = {}
@@ -34,6 +41,19 @@ def top_k(spec) -> int:
     raw = str(_config.get("CUDNN_COMPAT_CUDNN_AUTOTUNE") or "")
     k = int(raw) if raw.lstrip("-").isdigit() else 8
     return min(k, 3) if spec.pattern == "fusion" and not raw else k
+
+
+def extra_k(spec, k: int) -> int:
+    """How many configs beyond mode A's first ``k`` to time for variety: ``k`` for a plain
+    convolution graph, none for fusion graphs (each finalize compiles) or with timing off."""
+    return k if k > 1 and spec.pattern == "conv_blend" else 0
+
+
+def extra_ok(cfg) -> bool:
+    """Whether a variety pick may be finalized and timed: not a RUNTIME_COMPILATION config, whose
+    finalize compiles kernels (about a second each; the FALLBACK list of an fp32 convolution
+    has such TENSOR_CORE configs, allowed under DEFAULT_MATH)."""
+    return "RUNTIME_COMPILATION" not in cfg.notes
 
 
 def memo_key(spec, cfgs) -> tuple:
@@ -58,20 +78,23 @@ def signature(spec, cfgs, device: int) -> str:
 
 
 def known(key, spec, cfgs, device: int):
-    """The config chosen before for this tuning: this process's memo, else the plan-cache file."""
-    cfg = _MEMO.get(key)
+    """The config chosen before for this tuning: this process's memo, else the plan-cache file.
+    The memo is per device (issue 17: two GPUs of different kinds time differently)."""
+    cfg = _MEMO.get((device, key))
     if cfg is None:
         cfg = chosen_config("cudnn", signature(spec, cfgs, device), cfgs)
         if cfg is not None:
             STATS["from_file"] += 1
-            _remember_here(key, cfg)
+            _remember_here((device, key), cfg)
     return cfg
 
 
 def remember(key, spec, cfgs, device: int, cfg, ms: float) -> None:
     """Keep the tuned choice (memo, and the plan-cache file when configured)."""
-    _remember_here(key, cfg)
+    _remember_here((device, key), cfg)
+    name, cc, version = _device_id(device)
     remember_config("cudnn", signature(spec, cfgs, device), cfg, note=spec.describe(),
+                    device=f"{name} (sm {cc}, libcudnn {version})",
                     ms=ms if ms == ms and ms != float("inf") else None)
 
 
@@ -85,9 +108,21 @@ def extent_bytes(t) -> int:
     return (1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))) * _ITEMSIZE[t.dtype]
 
 
+def _workspace(cupy, sizes: list):
+    """(scratch workspace, its size): the largest of ``sizes`` that can be allocated."""
+    for size in sorted(set(sizes), reverse=True):
+        try:
+            return cupy.empty(max(size, 1), cupy.uint8), size
+        except cupy.cuda.memory.OutOfMemoryError:
+            continue
+    return cupy.empty(1, cupy.uint8), 0
+
+
 def time_plans(spec, plans: list, device: int) -> list:
     """Milliseconds per execute of each finalized plan ((plan descriptor, workspace) pairs)
-    on scratch buffers; inf for a plan that fails to execute."""
+    on scratch buffers; inf for a plan that fails to execute or whose workspace cannot be
+    allocated.  Each plan runs once untimed, once timed, and when that run is within ``PRUNE``
+    times the best so far ``REPS`` more times (the mean of those is its figure)."""
     import cupy
     STATS["timing_runs"] += 1
     STATS["plans_timed"] += len(plans)
@@ -106,8 +141,7 @@ def time_plans(spec, plans: list, device: int) -> list:
                 buf = cupy.zeros(extent_bytes(spec.tensors[uid]) + 16, cupy.uint8)
                 keep.append(buf)
                 ptrs.append(buf.data.ptr)
-        ws = max((w for _, w in plans), default=0)
-        wbuf = cupy.empty(max(ws, 1), cupy.uint8)
+        wbuf, have = _workspace(cupy, [w for _, w in plans] or [0])
         vp = _lib.Descriptor("VARIANT_PACK")
         out = []
         try:
@@ -118,16 +152,25 @@ def time_plans(spec, plans: list, device: int) -> list:
             execute = _lib.load().cudnnBackendExecute
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             null = cupy.cuda.Stream.null
-            for plan, _w in plans:
-                if execute(handle, plan.ptr, vp.ptr):
+            best = float("inf")
+            for plan, w in plans:
+                if w > have or execute(handle, plan.ptr, vp.ptr):
                     out.append(float("inf"))
                     continue
                 start.record(null)
-                for _ in range(REPS):
-                    execute(handle, plan.ptr, vp.ptr)
+                execute(handle, plan.ptr, vp.ptr)
                 end.record(null)
                 end.synchronize()
-                out.append(cupy.cuda.get_elapsed_time(start, end) / REPS)
+                ms = cupy.cuda.get_elapsed_time(start, end)
+                if ms <= PRUNE * best:
+                    start.record(null)
+                    for _ in range(REPS):
+                        execute(handle, plan.ptr, vp.ptr)
+                    end.record(null)
+                    end.synchronize()
+                    ms = cupy.cuda.get_elapsed_time(start, end) / REPS
+                best = min(best, ms)
+                out.append(ms)
         finally:
             vp.destroy()
             null_sync = cupy.cuda.Stream.null

@@ -23,6 +23,12 @@ FALLBACK for configs of the fallback heuristic.
   WINOGRAD, the GEMM-like ones configs with neither; algorithms that legacy cuDNN
   documents as deterministic forbid NONDETERMINISTIC.  When no config has the
   algorithm's notes, the closest is the GEMM-like class with the same determinism.
+
+``merge`` and ``tuning_order`` are the pure candidate rules of the autotune (``autotune``): for a
+plain convolution graph mode A's list is followed by every FALLBACK-heuristic config it lacks,
+and the autotune times mode A's first k configs plus up to k more picked for variety (the
+FALLBACK ones, then one config of each engine not yet timed), as torch's cudnn.benchmark
+times the INSTANT and FALLBACK lists together.
 """
 from __future__ import annotations
 
@@ -39,6 +45,9 @@ NONDETERMINISTIC_ALGOS = {
 }
 # algorithms that use no workspace in legacy cuDNN: prefer zero-workspace configs
 NO_WORKSPACE_ALGOS = {"CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM"}
+# heuristics whose configs the mode-A autotune of a convolution also considers (``query(tune=True)``);
+# benchmarks/conv_configs.py shows what mode B would add
+TUNE_SOURCES = ("FALLBACK",)
 
 
 def algo_class(algo: "str | None") -> "str | None":
@@ -147,21 +156,82 @@ def describe(lib, engcfg, fallback: bool = False):
     return EngineConfig("cudnn", tuple(sorted(knobs)), frozenset(notes), index), ws
 
 
-def query(lib, opgraph, mode: str):
+def query(lib, opgraph, mode: str, tune: bool = False):
     """[(EngineConfig, workspace or None)] from cuDNN's heuristics, fastest first.  Mode A is
     followed by the FALLBACK heuristic's zero-workspace configs it lacks (last, so they are
     chosen only when nothing before them is allowed): mode A can list only configs that need a
     workspace (3-D half backward filter on libcudnn 9.19: three TENSOR_CORE engines), and a
-    legacy algorithm designated to need none must still find one (``for_algo``)."""
+    legacy algorithm designated to need none must still find one (``for_algo``).
+
+    ``tune`` (mode A for the autotune): every config of the ``TUNE_SOURCES`` heuristics that mode
+    A lacks is appended, whatever its workspace (``merge``), as torch's cudnn.benchmark and the
+    frontend's find-plan time the INSTANT and FALLBACK lists together: cuDNN's "legacy" engines
+    (wgrad_alg0_engine, dgrad_engine: what legacy Find picks for fp32 NCHW) may appear only in
+    the FALLBACK list, and with a workspace.  ``tuning_order`` bounds how many are timed."""
     out = _query(lib, opgraph, mode)
     if mode == "A":
-        have = {(c.index, c.knobs) for c, _ in out}
-        try:
-            extra = _query(lib, opgraph, "FALLBACK")
-        except lib.CudnnStatusError:
-            extra = []
-        out += [(c, w) for c, w in extra if w == 0 and (c.index, c.knobs) not in have]
+        for src in (TUNE_SOURCES if tune else ("FALLBACK",)):
+            try:
+                extra = _query(lib, opgraph, src)
+            except lib.CudnnStatusError:
+                extra = []
+            out = merge(out, extra, any_workspace=tune)
     return out
+
+
+def _ckey(cfg) -> tuple:
+    return (cfg.index, cfg.knobs)
+
+
+def merge(primary: list, extra: list, any_workspace: bool = False) -> list:
+    """``primary`` [(config, workspace)] followed by the configs of ``extra`` it lacks (same
+    engine global index and knob choices), in ``extra``'s order; without ``any_workspace`` only
+    those whose workspace is 0."""
+    have = {_ckey(c) for c, _ in primary}
+    out = list(primary)
+    for c, w in extra:
+        if _ckey(c) in have or not (any_workspace or w == 0):
+            continue
+        have.add(_ckey(c))
+        out.append((c, w))
+    return out
+
+
+def tuning_order(cfgs: list, k: int, k_extra: int, finalize) -> list:
+    """The configs the autotune times, as [(config, finalize(config))]: the first ``k`` of
+    ``cfgs`` (heuristics order) whose ``finalize`` returns something other than None, then up to
+    ``k_extra`` more, chosen for variety: first the configs of the FALLBACK heuristic (noted
+    FALLBACK), then the first config of each engine (global index) not represented yet, each in
+    ``cfgs`` order.  A mode-A list's top entries are often knob variants of one or two engines; the
+    fast engine of a problem can sit lower, or only in the FALLBACK list.  ``finalize(config,
+    extra)`` (``extra``: one of the variety picks) is called at most once per config, in the
+    order returned; it returns None for a config that is not to be timed."""
+    got, tried = [], set()
+
+    def attempt(c, extra=False):
+        tried.add(c)
+        v = finalize(c, extra)
+        if v is not None:
+            got.append((c, v))
+        return v is not None
+
+    n = 0
+    for c in cfgs:
+        if n >= k:
+            break
+        n += attempt(c)
+    extra = 0
+    for c in cfgs:
+        if extra >= k_extra:
+            break
+        if c not in tried and "FALLBACK" in c.notes:
+            extra += attempt(c, True)
+    for c in cfgs:
+        if extra >= k_extra:
+            break
+        if c not in tried and c.index not in {g.index for g, _ in got}:
+            extra += attempt(c, True)
+    return got
 
 
 def _query(lib, opgraph, mode: str):

@@ -198,12 +198,20 @@ class CudnnPlan(ExecutionPlan):
                 plan_ptr, need = sub if sub is not None else self._add_subplan(key)
             ws = self._workspace(pack, stream, sptr, need) if need else 0
             pkey = (tuple([b if type(b) is int else _ptr(b) for b in self._get_bufs(data)]), ws)
+            graphs = self._cuda_graphs
+            if graphs:  # a graph of this (plan, pack, stream): launch it (its pack was made, and checked, before)
+                gkey = (key, pkey, sptr)
+                g = graphs.get(gkey)
+                if g is not None and g > 0 and not (sptr and _runtime().streamIsCapturing(sptr)):
+                    graphs.move_to_end(gkey)
+                    _runtime().graphLaunch(g, sptr)
+                    STATS["graph_launches"] += 1
+                    return
             vp = self._packs.get(pkey)
             if vp is None:
                 vp = self._make_pack(pkey)
             else:
                 self._packs.move_to_end(pkey)
-            graphs = self._cuda_graphs
             if graphs is not None:
                 gkey = (key, pkey, sptr)
                 g = graphs.get(gkey)
