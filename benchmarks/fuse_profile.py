@@ -14,7 +14,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import ROOT, cuda_time, repo_on_path  # noqa: E402
+from _common import ROOT, cuda_time, missing_gpu_stack, repo_on_path  # noqa: E402
 
 repo_on_path()
 import cudnn_compat as cc  # noqa: E402
@@ -25,9 +25,15 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--layout", default="NHWC")
     ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--quick", action="store_true", help="N=8")
     args = ap.parse_args(argv)
-    import cupy
-    import torch
+    try:
+        import cupy
+        import torch
+    except ImportError as e:
+        sys.exit(missing_gpu_stack(__file__, e))
+    if args.quick:
+        args.n = 8
     spec = importlib.util.spec_from_file_location("resnet50_legacy", os.path.join(ROOT, "examples", "resnet50_legacy.py"))
     ex = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ex)

@@ -8,7 +8,11 @@ plan-cache lookup, binding) and, on the GPU, the engine's launch path.
   --place cpu   a no-op engine (its plans do nothing) on a CPU handle with NumPy buffers:
                 the cost of the legacy and graph layers alone, measurable without a GPU
   --place emu   the GPU place without a GPU (tests/host_emu.py, kernels not run): the legacy
-                layer's GPU binding, the planner and the cupy engine's launch records, host cost only
+                layer's GPU binding, the planner and the cupy engine's launch records, and for the
+                convolutions the native engine's CudnnPlan over a stand-in libcudnn (its execute and
+                CUDA graph replay do nothing), host cost only.  A GPU adds the launches themselves
+                (about 4.4 us per cuLaunchKernel, 1.7 us per graph launch on an H100 host:
+                benchmarks/launch_paths.py); the RNN forward has no emulation (error)
   --place gpu   the default engines on a GPU handle with CuPy buffers (the native ``cudnn``
                 engine for convolutions, the ``cupy`` engine's launch records for the rest),
                 next to the same call on the real legacy libcudnn through ctypes
@@ -138,7 +142,7 @@ def make_calls(place: str, only=()):
     elif place == "emu":
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
         import host_emu
-        emu = host_emu.Emu("noop")
+        emu = host_emu.Emu("noop", cudnn=True)  # convolutions: the native engine's cached path over a stand-in
         xp = np
     else:
         import cupy as xp

@@ -2156,7 +2156,7 @@ def opsTrainVersionCheck() -> None:
     """cudnnOpsTrainVersionCheck: Succeeds (None) when the sub-library and its dependencies are consistent; else CuDNNError(CUDNN_STATUS_VERSION_MISMATCH) naming the family that differs."""
 
 def plan_cache_clear() -> None:
-    """Empty the plan cache (the next call of each signature plans again)."""
+    """Empty the plan cache (the next call of each signature plans again) and what fuse() learned about the calls it deferred."""
 
 def plan_cache_info() -> tuple[int, int, int, int]:
     """(hits, misses, maxsize, currsize) of the plan cache."""

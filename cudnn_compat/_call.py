@@ -14,10 +14,12 @@ import threading
 import numpy as np
 
 from cudnn_compat._backend import planner
+from cudnn_compat._backend.plan_cache import CACHE
 from . import _fastbind
 from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor, virtual
 from ._data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_pointer, host_view, layout
 from ._data import workspace_arg as _workspace_arg
+from .handle import on_device, wrong_device
 
 ALPHA, BETA = 9001, 9002  # uids of the output-blend scalars
 Y_PRIOR_OFFSET = 5000  # uid of "y before the call" = uid(y) + this
@@ -66,6 +68,8 @@ def _written(plan) -> frozenset:
 def plan_for(handle, key: tuple, build):
     """The cached plan ``run`` would use for ``key`` (built on a miss), without executing it:
     for workspace-size queries and algorithm searches."""
+    if handle.switch and wrong_device(handle):  # issue 17: plans are built on the handle's device
+        return on_device(handle, plan_for, handle, key, build)
     return planner.get_plan((handle.place, handle.device) + key, build, handle.place)
 
 
@@ -114,11 +118,57 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
 
     A cached call costs: the plan-cache lookup, one pass over the plan's binding program
     (``_program``: per tensor a buffer check and a view, or a raw device pointer for plans
-    that take them), the engine's execute.  Every check runs before the engine writes."""
+    that take them), the engine's execute.  Every check runs before the engine writes.
+
+    On the GPU place a key object that comes back call after call (the families keep theirs in
+    their memo and call-site entries) gets a *lane* (``_LANES``): the plan it got, still cached,
+    and the plan's generated binder, so the call skips the key's hashing and the variant-pack
+    dict; for launch records the binder patches and launches too (``_fastbind.lane``)."""
+    if handle.switch and wrong_device(handle):  # issue 17: run on the handle's device (several GPUs only)
+        return on_device(handle, run, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg,
+                         _hooked)
     if HOOKS and not _hooked:
         return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
+    lane = _LANES.get(id(key))
+    if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
+            and "_retired" not in lane[6] and _ENV_DICT.get(_ENGINE_KEY) is None \
+            and _ENV_DICT.get(_FALLBACK_KEY) is None:
+        # the cached lane (issue 14 item 3): the plan this key object got last time, still cached, and
+        # its generated binder (_fastbind) with every buffer check of the loop below; for launch records
+        # the binder launches too.  None/False from it: the general path below binds (and raises).
+        plan, ws = lane[3], workspace
+        if ws is not None and type(ws) not in WORKSPACE_TYPES:
+            ws = _workspace_arg(handle.place, ws)  # rule: a library object is no buffer
+        if workspace_arg is not None:
+            check_workspace(plan, ws, workspace_size, workspace_arg)
+        if lane[7]:  # a launch-record lane: binds and launches (planner.execute's fast path)
+            try:
+                ok = lane[5](tensors, scalars, handle.stream)
+            except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (as planner.execute)
+                planner.log.warning("engine %s: launch record failed (%s: %s); executing", plan.engine,
+                                    type(e).__name__, e)
+                ok = False
+            if ok:
+                next(CACHE._hits)  # a plan-cache hit, counted as planner.get_plan counts it
+                lane[8] += 1
+                if not lane[8] & LANE_LRU_EVERY:
+                    _lane_lru(lane[4])
+                _LAST.plan = plan
+                return plan
+        else:  # a raw-pointer plan (the cudnn engine): the bound pointers go to planner.execute
+            data = lane[5](tensors, scalars)
+            if data is not None:
+                next(CACHE._hits)
+                lane[8] += 1
+                if not lane[8] & LANE_LRU_EVERY:
+                    _lane_lru(lane[4])
+                if type(ws) is np.ndarray:
+                    ws = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
+                plan = planner.execute(plan, data, ws, workspace_size, handle.stream, lane[4])
+                _LAST.plan = plan
+                return plan
     place = handle.place
-    key = (place, handle.device) + key
+    orig_key, key = key, (place, handle.device) + key
     plan = planner.get_plan(key, build, place)
     if workspace is not None and type(workspace) not in WORKSPACE_TYPES:
         workspace = _workspace_arg(place, workspace)  # rule: a library object or a CPU-place int is no buffer
@@ -166,8 +216,75 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
     if staged:
         copy_back(plan, tensors, staged)
+    elif place != "cpu" and getattr(plan, "raw_pointers", False):
+        _add_lane(plan, orig_key, key, place, handle.device)
     _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
     return plan
+
+
+# -- lanes: id(key object) -> [key, place, device, plan, full key, lane function, plan.__dict__, is a
+# launch-record lane, calls] ---------------------------------------------------------------------------------
+# A family whose key tuple is the same object call after call (kept in its _memo entry) gets a lane on
+# its second general-path call with that object: no plan-cache hashing of the key, no variant-pack dict.
+# The key object is held by its lane, so its id cannot name another tuple while the lane lives.
+_LANES: dict = {}
+LANES_MAX = 1024
+# A lane call is a plan-cache hit (counted every time); its plan is moved to the LRU end on every 8th
+# call of the lane (and on each general-path call), not on each: the move hashes the whole key, about
+# a tenth of a lane call.  A plan in use stays among the recently used unless over CUDNN_COMPAT_PLAN_
+# CACHE_SIZE other signatures are planned between two of its moves.
+LANE_LRU_EVERY = 7
+_ENV_DICT = planner._ENV_DICT if planner._ENV_DICT is not None else {None: True}  # not POSIX: no lanes
+_ENGINE_KEY, _FALLBACK_KEY = planner._ENGINE_KEY, planner._FALLBACK_KEY
+if _ENGINE_KEY is None or _FALLBACK_KEY is None:  # pragma: no cover - not POSIX
+    _ENV_DICT, _ENGINE_KEY = {None: True}, None
+
+
+def _add_lane(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None:
+    """Make a lane for ``key_obj`` when the same object came with the last general-path call of
+    ``plan`` and ``plan`` is the cached plan of ``full_key`` (no forced engine in the environment)."""
+    d = plan.__dict__
+    if d.get("lane_key") is not key_obj:
+        d["lane_key"] = key_obj  # the first sighting: a key made per call never comes again
+        return
+    if _ENV_DICT.get(_ENGINE_KEY) is not None or _ENV_DICT.get(_FALLBACK_KEY) is not None \
+            or CACHE._d.get(full_key) is not plan:
+        return
+    fn = _fastbind.lane(plan)  # launch records: bind and launch
+    record = fn is not None
+    if not record:
+        if getattr(plan, "_path", None) is not None:  # records that cannot be laned: the general path
+            return
+        fn = d.get("gpu_binder") or _fastbind.binder(plan)
+        if fn is _fastbind._none:
+            return
+    if len(_LANES) >= LANES_MAX:
+        _LANES.clear()
+    _LANES[id(key_obj)] = [key_obj, place, device, plan, full_key, fn, d, record, 0]
+
+
+def _lane_lru(full_key) -> None:
+    """Mark the lane's plan most recently used in the plan cache's LRU order."""
+    try:
+        CACHE._d.move_to_end(full_key)
+    except KeyError:  # evicted since: still this call's plan (as get_plan says)
+        pass
+
+
+def cached_plan(handle, key: tuple, build):
+    """``plan_for``, or the plan of ``key``'s lane when it has a valid one (no hashing of the key;
+    not counted as a plan-cache hit: the call that runs it next counts one)."""
+    lane = _LANES.get(id(key))
+    if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
+            and "_retired" not in lane[6] and _ENV_DICT.get(_ENGINE_KEY) is None \
+            and _ENV_DICT.get(_FALLBACK_KEY) is None:
+        return lane[3]
+    return plan_for(handle, key, build)
+
+
+def clear_lanes() -> None:
+    """Forget every lane (tests)."""
+    _LANES.clear()
 
 
 def _read_only(argname: str):

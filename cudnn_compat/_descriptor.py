@@ -27,6 +27,12 @@ _DEAD: OrderedDict = OrderedDict()  # recently destroyed ids -> why (None: destr
 _DEAD_MAX = 4096
 _lock = threading.Lock()
 _PROCESS_TOKEN = secrets.randbits(64)  # with os.getpid(): "made in this process" (a fork has another pid)
+# EPOCH[0] takes a new value (never one it had) after any descriptor's or handle's settings change and
+# after any destroy: what a call site resolved and checked from its descriptor arguments stays valid
+# while EPOCH[0] is the value read before resolving them (_memo "call sites").  Changes first, then
+# the new value, so a value read before a change never outlives it.
+_EPOCHS = itertools.count(1)
+EPOCH = [0]
 
 
 class Descriptor(int):
@@ -51,6 +57,12 @@ class Descriptor(int):
         """Call after every setter: the settings changed."""
         self.is_set = True
         self._key = None
+        EPOCH[0] = next(_EPOCHS)
+
+    def changed(self):
+        """Call after a setter that changes a setting without marking the descriptor set."""
+        self._key = None
+        EPOCH[0] = next(_EPOCHS)
 
     def key(self) -> tuple:
         if self._key is None:
@@ -65,6 +77,7 @@ class Descriptor(int):
             if _LIVE.pop(int(self), None) is None:
                 raise bad_param(self.kind, "was already destroyed")
             _mark_dead(int(self), None)
+        EPOCH[0] = next(_EPOCHS)
 
     # -- copies: a descriptor is a reference to process-local state, like CuPy 13's int pointer ----
     # copy/deepcopy give the same object (a destroyed one stays destroyed).  pickle records the id,

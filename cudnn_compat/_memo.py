@@ -19,8 +19,28 @@ BAD_PARAM), and a full memo is cleared rather than trimmed (ids of dropped tuple
     if m is None:
         ... the full checks ...
         m = MEMO.put(mk, (values...), keep=(xd.key(), yd.key()))
+
+Call sites.  A program calls a function with the same handle and descriptor arguments over and
+over; a ``Memo`` used as a *site* memo maps that argument tuple (the objects or ids as passed, with
+the enum arguments) to ``(EPOCH[0], (resolved objects, memo entry))``.  ``_descriptor.EPOCH[0]``
+takes a new value whenever any descriptor or handle is set, changed or destroyed, so an entry whose
+stamp ``is`` the current value was made from exactly the settings the descriptors have now: the
+call skips resolving them and the memo lookup (the checks whose inputs they are), and still makes
+every check that depends on the data.  The stamp is read before resolving (``site_stamp``), so a
+change racing with the first call leaves a stale stamp, never a stale entry.
+
+    sk = (handle, mode, xDesc, yDesc)
+    s = site_get(SITES, sk)  # the families inline it (try: SITES.get(sk) except TypeError: None)
+    if s is not None and s[0] is EPOCH[0]:
+        h, xd, yd, m = s[1]
+    else:
+        stamp = EPOCH[0]
+        ... resolve, memo lookup (above) ...
+        SITES.put(sk, (stamp, (h, xd, yd, m)), ())
 """
 from __future__ import annotations
+
+from ._descriptor import EPOCH  # noqa: F401 - the call sites' validity stamp (see "Call sites" below)
 
 MAXSIZE = 512  # entries per function
 MEMOS: list = []
@@ -69,6 +89,22 @@ class Memo(dict):
             d._key = c
         mk = prefix + tuple(id(d._key) for d in descs)
         return mk, self.get(mk)
+
+
+def site_get(sites: "Memo", sk: tuple):
+    """``sites.get(sk)``, None when an argument is unhashable (the full path then says what it is)."""
+    try:
+        return sites.get(sk)
+    except TypeError:
+        return None
+
+
+def site_put(sites: "Memo", sk: tuple, stamp, value) -> None:
+    """Remember ``value`` for the arguments ``sk`` as of ``stamp`` (EPOCH[0] read before resolving)."""
+    try:
+        sites.put(sk, (stamp, value), ())
+    except TypeError:  # an unhashable argument that still resolved (an int-like object): no site entry
+        pass
 
 
 INTERN_MAX = 4096

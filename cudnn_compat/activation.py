@@ -39,7 +39,7 @@ from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import not_library_object, same_buffer, scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import Memo
+from ._memo import EPOCH, Memo, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -159,7 +159,7 @@ def setActivationDescriptorSwishBeta(activationDesc, swish_beta) -> None:
     d = resolve(activationDesc, ActivationDescriptor, "activationDesc", need_set=False)
     check(_is_number(swish_beta), "swish_beta", f"must be a number, got {swish_beta!r}")
     d.swish_beta = float(swish_beta)
-    d._key = None
+    d.changed()
 
 
 @legacy("cudnnGetActivationDescriptorSwishBeta")
@@ -201,6 +201,7 @@ def require_spatial_packed(desc, argname: str) -> None:
 
 
 _FWD, _BWD = Memo("cudnnActivationForward"), Memo("cudnnActivationBackward")
+_FWD_SITES, _BWD_SITES = Memo("cudnnActivationForward sites"), Memo("cudnnActivationBackward sites")
 
 
 @legacy("cudnnActivationForward", cupy="activationForward_v4")
@@ -208,6 +209,30 @@ def activationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y) -
     """y = alpha*act(x) + beta*y (002 §3.2.1).  BAD_PARAM: invalid mode (IDENTITY included),
     x/y dims or data type differ, in-place (x == y) with different strides.  The descriptor
     checks run once per combination of settings (``_memo``)."""
+    sk = (handle, activationDesc, xDesc, yDesc)
+    try:
+        s = _FWD_SITES.get(sk)
+    except TypeError:  # an unhashable argument: resolving it says what it is
+        s = None
+    if s is not None and s[0] is EPOCH[0]:  # the same arguments, no descriptor changed since (_memo "Call sites")
+        h, d, xd, yd, m = s[1]
+    else:
+        h, d, xd, yd, m = _fwd_site(sk, handle, activationDesc, xDesc, x, yDesc, y)
+    dbl, attrs, same_strides, keys = m
+    if not same_strides:
+        _in_place(x, y, xd, yd, "x", "y", "yDesc")
+    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
+
+    def build():
+        return OperationGraph(blended("Pointwise", {"x": xd.ir(X, "x")}, "y", yd.ir(Y, "y"), b == 0, dict(attrs)),
+                              "ActivationForward")
+
+    run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+
+
+def _fwd_site(sk, handle, activationDesc, xDesc, x, yDesc, y):
+    """activationForward's descriptor resolving and checks (once per combination of settings)."""
+    stamp = EPOCH[0]
     h = get_handle(handle)
     d = activation_desc(activationDesc)
     if not MODES[d.mode].legacy:
@@ -227,16 +252,8 @@ def activationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y) -
         attrs = _attrs(d, MODES[d.mode].forward)
         keys = tuple(("ActivationForward", d.key(), xd.key(), yd.key(), bz) for bz in (False, True))
         m = _FWD.put(mk, (xd.dtype == "float64", attrs, xd.strides == yd.strides, keys), (d.key(), xd.key(), yd.key()))
-    dbl, attrs, same_strides, keys = m
-    if not same_strides:
-        _in_place(x, y, xd, yd, "x", "y", "yDesc")
-    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
-
-    def build():
-        return OperationGraph(blended("Pointwise", {"x": xd.ir(X, "x")}, "y", yd.ir(Y, "y"), b == 0, dict(attrs)),
-                              "ActivationForward")
-
-    run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+    site_put(_FWD_SITES, sk, stamp, (h, d, xd, yd, m))
+    return h, d, xd, yd, m
 
 
 def _in_place(a, b, ad, bd, an: str, bn: str, argname: str) -> None:
@@ -251,6 +268,32 @@ def activationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDes
     each mode reads.  BAD_PARAM: invalid mode (IDENTITY included); in-place (dy == dx) with
     different strides.  NOT_SUPPORTED: dims or data types of y, dy, x, dx differ; y/dy or
     x/dx strides differ."""
+    sk = (handle, activationDesc, yDesc, dyDesc, xDesc, dxDesc)
+    try:
+        s = _BWD_SITES.get(sk)
+    except TypeError:  # an unhashable argument: resolving it says what it is
+        s = None
+    if s is not None and s[0] is EPOCH[0]:  # the same arguments, no descriptor changed since (_memo "Call sites")
+        h, yd, dyd, xd, dxd, m = s[1]
+    else:
+        h, yd, dyd, xd, dxd, m = _bwd_site(sk, handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx)
+    dbl, attrs, reads, same_strides, keys = m
+    if not same_strides:
+        _in_place(dy, dx, dyd, dxd, "dy", "dx", "dxDesc")
+    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
+    src_uid, src_desc, src_data = (Y, yd, y) if reads == "y" else (X, xd, x)
+    not_library_object(x if reads == "y" else y, "x" if reads == "y" else "y")  # the unread one: still no descriptor
+
+    def build():
+        ins = {"x": dyd.ir(DY, "dy"), "b": src_desc.ir(src_uid, reads)}
+        return OperationGraph(blended("Pointwise", ins, "y", dxd.ir(DX, "dx"), b == 0, dict(attrs)), "ActivationBackward")
+
+    run(h, keys[b == 0], build, {DY: (dy, "dy"), src_uid: (src_data, reads), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
+
+
+def _bwd_site(sk, handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx):
+    """activationBackward's descriptor resolving and checks (once per combination of settings)."""
+    stamp = EPOCH[0]
     h = get_handle(handle)
     d = activation_desc(activationDesc)
     act = MODES[d.mode]
@@ -277,18 +320,8 @@ def activationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDes
         keys = tuple(("ActivationBackward", d.key(), yd.key(), dyd.key(), xd.key(), dxd.key(), bz) for bz in (False, True))
         m = _BWD.put(mk, (yd.dtype == "float64", attrs, act.reads, dyd.strides == dxd.strides, keys),
                      (d.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
-    dbl, attrs, reads, same_strides, keys = m
-    if not same_strides:
-        _in_place(dy, dx, dyd, dxd, "dy", "dx", "dxDesc")
-    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
-    src_uid, src_desc, src_data = (Y, yd, y) if reads == "y" else (X, xd, x)
-    not_library_object(x if reads == "y" else y, "x" if reads == "y" else "y")  # the unread one: still no descriptor
-
-    def build():
-        ins = {"x": dyd.ir(DY, "dy"), "b": src_desc.ir(src_uid, reads)}
-        return OperationGraph(blended("Pointwise", ins, "y", dxd.ir(DX, "dx"), b == 0, dict(attrs)), "ActivationBackward")
-
-    run(h, keys[b == 0], build, {DY: (dy, "dy"), src_uid: (src_data, reads), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
+    site_put(_BWD_SITES, sk, stamp, (h, yd, dyd, xd, dxd, m))
+    return h, yd, dyd, xd, dxd, m
 
 
 # CuPy 13 spelled these activationForward_v4/activationBackward_v4; the plain names also work.

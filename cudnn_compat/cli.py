@@ -406,12 +406,17 @@ BENCHMARKS = (
     Benchmark("conv", "bench_conv.py", "ResNet-50 convolutions: ours vs the real legacy libcudnn vs torch"),
     Benchmark("memory_bound", "bench_memory_bound.py", "memory-bound calls (tensor ops, BN, pooling, softmax, LRN)"),
     Benchmark("rnn", "bench_rnn.py", "LSTM forward, training and inference"),
+    Benchmark("ctc_sampler", "bench_ctc_sampler.py", "CTC loss and the spatial-transformer sampler vs torch and the real legacy calls"),
     Benchmark("fusion", "bench_fusion.py", "a ResNet block: legacy calls one by one vs cudnn_compat.fuse()"),
+    Benchmark("fuse_profile", "fuse_profile.py", "a ResNet basic block plain vs fuse(): host time, kernels, the graphs"),
     Benchmark("programs", "bench_programs.py", "whole programs: the ResNet-50 training step and a ResNet block"),
+    Benchmark("attention", "bench_attention.py", "multi-head attention forward and backward vs torch nn.MultiheadAttention"),
     Benchmark("host_overhead", "host_overhead.py", "host cost of a cached legacy call, every compute family",
               quick=("--calls", "2000"), gpu=("--place", "gpu"), cpu=("--place", "cpu")),
     Benchmark("launch_paths", "launch_paths.py", "host cost of the ways Python can launch a CUDA kernel",
               quick=("--calls", "2000")),
+    Benchmark("conv_configs", "conv_configs.py", "one convolution's native engine configs (modes A/B/FALLBACK) "
+              "timed, our autotune's choice, legacy Find and torch"),
 )
 BENCH_BY_NAME = {b.name: b for b in BENCHMARKS}
 

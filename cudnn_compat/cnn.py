@@ -28,6 +28,7 @@ from ._conv_algos import (CuDNNAlgoPerf, INT8_CONFIGS, Layout, MIXED_DTYPES, NON
                           Problem, TABLES, TENSOR_OP, config_of, unsupported, zero_workspace_algo)
 from ._data import POINTER_MIN, extent_bytes, scalar
 from ._descriptor import Descriptor, resolve
+from ._memo import EPOCH, Memo, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import STATUS, bad_param, check, not_supported
@@ -79,7 +80,7 @@ class ConvolutionDescriptor(Descriptor):
 
     def changed(self):
         """An extra setting (group count, math, reorder) changed; does not mark the geometry set."""
-        self._key = None
+        super().changed()
 
     @property
     def compute(self) -> "str | None":
@@ -425,22 +426,37 @@ def _algo(dr: Direction, algo, call: "ConvCall | None" = None) -> str:
     return name
 
 
+_SITES = Memo("convolution forward/backward data/backward filter sites")
+
+
 def _compute(dr: Direction, handle, alpha, descs: tuple, datas: tuple, convDesc, algo, workSpace,
              workSpaceSizeInBytes, beta) -> None:
     """The lean call path; ``descs``/``datas`` are (x, w, y) in forward terms.  The key is made from
     the descriptors' settings, and the validation of 002's rules runs inside the graph builder,
     i.e. once per signature on a plan-cache miss and still before anything is written; a cached
     call resolves, keys, binds and executes."""
-    h = get_handle(handle)
-    names = dr.descs
-    xd = tensor_desc(descs[0], names[0])
-    wd = resolve(descs[1], FilterDescriptor, names[1])
-    yd = tensor_desc(descs[2], names[2])
-    cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
-    double = yd.dataType == D_DOUBLE
+    sk = (handle, dr.kind, descs[0], descs[1], descs[2], convDesc, algo)
+    try:
+        s = _SITES.get(sk)
+    except TypeError:  # an unhashable argument: resolving it says what it is
+        s = None
+    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
+        h, xd, wd, yd, cd, double, keys = s[1]
+    else:
+        stamp = EPOCH[0]
+        h = get_handle(handle)
+        names = dr.descs
+        xd = tensor_desc(descs[0], names[0])
+        wd = resolve(descs[1], FilterDescriptor, names[1])
+        yd = tensor_desc(descs[2], names[2])
+        cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
+        double = yd.dataType == D_DOUBLE
+        keys = tuple((dr.kind, xd.key(), wd.key(), yd.key(), cd.key(), algo if type(algo) is int else repr(algo), bz)
+                     for bz in (False, True))  # one key object per signature: _call.run's lane finds it
+        site_put(_SITES, sk, stamp, (h, xd, wd, yd, cd, double, keys))
     a, b = scalar(alpha, "alpha", double), scalar(beta, "beta", double)
     beta_zero = b == 0
-    key = (dr.kind, xd.key(), wd.key(), yd.key(), cd.key(), algo if type(algo) is int else repr(algo), beta_zero)
+    key = keys[beta_zero]
 
     def build():
         call = _conv_call(dr, *[descs[i] for i in dr.order], convDesc)
@@ -490,9 +506,13 @@ def _tensor_cores(place: str, device: int) -> bool:
 
 
 def _math_types(h, dr: Direction, algo: str, cd) -> list:
-    """Math types tried for ``algo``: convDesc's and DEFAULT_MATH for Tensor Core algos on a
-    device that has them, else DEFAULT_MATH only (002 §5.2.15 note)."""
+    """Math types tried for ``algo``: FMA_MATH alone when convDesc asks for it (every algo then runs
+    FMA kernels only, and libcudnn 9's Find reports math type FMA for each); convDesc's and
+    DEFAULT_MATH for Tensor Core algos on a device that has them, else DEFAULT_MATH only (002
+    §5.2.15 note)."""
     default = MATH["CUDNN_DEFAULT_MATH"]
+    if cd.mathType == MATH["CUDNN_FMA_MATH"]:
+        return [cd.mathType]
     if algo in TENSOR_OP[dr.name] and _tensor_cores(h.place, h.device) and cd.mathType != default:
         return [cd.mathType, default]
     return [default]
@@ -836,6 +856,9 @@ def _bias_act_graph(call: ConvCall, algo, activationDesc, zd, bd, use_z: bool) -
     return OperationGraph([conv, add_z, add_b, act_op], "ConvolutionBiasActivationForward")
 
 
+_CBA_SITES = Memo("cudnnConvolutionBiasActivationForward sites")
+
+
 @legacy("cudnnConvolutionBiasActivationForward")
 def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace,
                                      workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc,
@@ -843,19 +866,30 @@ def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDes
     """y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9); z may alias y,
     and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
     and keys on their settings; 002's rules are checked by the builder on a plan-cache miss."""
-    h = get_handle(handle)
-    xd = tensor_desc(xDesc, "xDesc")
-    wd = resolve(wDesc, FilterDescriptor, "wDesc")
-    yd = tensor_desc(yDesc, "yDesc")
-    zd = tensor_desc(zDesc, "zDesc")
-    cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
-    bd = tensor_desc(biasDesc, "biasDesc")
-    ad = resolve(activationDesc, _ACTIVATION_CLASS[0] if _ACTIVATION_CLASS else _activation_class(), "activationDesc")
-    double = yd.dataType == D_DOUBLE
+    sk = (handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc, activationDesc, algo)
+    try:
+        s = _CBA_SITES.get(sk)
+    except TypeError:  # an unhashable argument: resolving it says what it is
+        s = None
+    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
+        h, yd, zd, bd, double, keys = s[1]
+    else:
+        stamp = EPOCH[0]
+        h = get_handle(handle)
+        xd = tensor_desc(xDesc, "xDesc")
+        wd = resolve(wDesc, FilterDescriptor, "wDesc")
+        yd = tensor_desc(yDesc, "yDesc")
+        zd = tensor_desc(zDesc, "zDesc")
+        cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
+        bd = tensor_desc(biasDesc, "biasDesc")
+        ad = resolve(activationDesc, _ACTIVATION_CLASS[0] if _ACTIVATION_CLASS else _activation_class(), "activationDesc")
+        double = yd.dataType == D_DOUBLE
+        keys = tuple(("ConvolutionBiasActivationForward", xd.key(), wd.key(), yd.key(), cd.key(), zd.key(), bd.key(),
+                      ad.key(), algo if type(algo) is int else repr(algo), uz) for uz in (False, True))
+        site_put(_CBA_SITES, sk, stamp, (h, yd, zd, bd, double, keys))
     a1, a2 = scalar(alpha1, "alpha1", double), scalar(alpha2, "alpha2", double)
     use_z = a2 != 0
-    key = ("ConvolutionBiasActivationForward", xd.key(), wd.key(), yd.key(), cd.key(), zd.key(), bd.key(), ad.key(),
-           algo if type(algo) is int else repr(algo), use_z)
+    key = keys[use_z]
 
     def build():
         return _bias_act_graph(_conv_call(FWD, xDesc, wDesc, yDesc, convDesc), algo, activationDesc, zd, bd, use_z)

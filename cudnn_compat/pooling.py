@@ -25,7 +25,7 @@ from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import POINTER_MIN, scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import Memo
+from ._memo import EPOCH, Memo, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -207,26 +207,37 @@ def _check_spatial(pd, xd, dtypes, argname="xDesc"):
 
 
 _FWD, _BWD = Memo("cudnnPoolingForward"), Memo("cudnnPoolingBackward")
+_FWD_SITES, _BWD_SITES = Memo("cudnnPoolingForward sites"), Memo("cudnnPoolingBackward sites")
 
 
 @legacy("cudnnPoolingForward")
 def poolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y) -> None:
     """y = alpha*pool(x) + beta*y (002 §3.2.69).  BAD_PARAM: n, c or data type of x and y differ.
     The descriptor checks run once per combination of settings (``_memo``)."""
-    h = get_handle(handle)
-    pd = pooling_desc(poolingDesc)
-    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    mk = (id(pd._key or pd.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
-    m = _FWD.get(mk)
-    if m is None:
-        mk, m = _FWD.canonical((), (pd, xd, yd))
-    if m is None:
-        check(xd.nbDims == yd.nbDims, "yDesc", f"is {yd.nbDims}-d but xDesc is {xd.nbDims}-d")
-        check(xd.dims[:2] == yd.dims[:2], "yDesc", f"n, c {yd.dims[:2]} differ from xDesc's {xd.dims[:2]}")
-        check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
-        _check_spatial(pd, xd, FWD_DTYPES)
-        keys = tuple(("PoolingForward", pd.key(), xd.key(), yd.key(), bz) for bz in (False, True))
-        m = _FWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), xd.key(), yd.key()))
+    sk = (handle, poolingDesc, xDesc, yDesc)
+    try:
+        s = _FWD_SITES.get(sk)
+    except TypeError:  # an unhashable argument: resolving it says what it is
+        s = None
+    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
+        h, pd, xd, yd, m = s[1]
+    else:
+        stamp = EPOCH[0]
+        h = get_handle(handle)
+        pd = pooling_desc(poolingDesc)
+        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+        mk = (id(pd._key or pd.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
+        m = _FWD.get(mk)
+        if m is None:
+            mk, m = _FWD.canonical((), (pd, xd, yd))
+        if m is None:
+            check(xd.nbDims == yd.nbDims, "yDesc", f"is {yd.nbDims}-d but xDesc is {xd.nbDims}-d")
+            check(xd.dims[:2] == yd.dims[:2], "yDesc", f"n, c {yd.dims[:2]} differ from xDesc's {xd.dims[:2]}")
+            check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
+            _check_spatial(pd, xd, FWD_DTYPES)
+            keys = tuple(("PoolingForward", pd.key(), xd.key(), yd.key(), bz) for bz in (False, True))
+            m = _FWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), xd.key(), yd.key()))
+        site_put(_FWD_SITES, sk, stamp, (h, pd, xd, yd, m))
     dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
@@ -245,30 +256,40 @@ def _innermost_unit_stride(d) -> bool:
 def poolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx) -> None:
     """dx = alpha*pool'(dy) + beta*dx (002 §4.1.18).  BAD_PARAM: y/dy or x/dx dims or strides
     differ, data types of the four differ; NOT_SUPPORTED: non-unit innermost stride."""
-    h = get_handle(handle)
-    pd = pooling_desc(poolingDesc)
-    yd, dyd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc")
-    xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dxDesc, "dxDesc")
-    mk = (id(pd._key or pd.key()), id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(xd._key or xd.key()),
-          id(dxd._key or dxd.key()))
-    m = _BWD.get(mk)
-    if m is None:
-        mk, m = _BWD.canonical((), (pd, yd, dyd, xd, dxd))
-    if m is None:
-        check(yd.dims == dyd.dims, "dyDesc", f"dims {dyd.dims} differ from yDesc's {yd.dims}")
-        check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} differ from yDesc's {yd.strides}")
-        check(xd.dims == dxd.dims, "dxDesc", f"dims {dxd.dims} differ from xDesc's {xd.dims}")
-        check(xd.strides == dxd.strides, "dxDesc", f"strides {dxd.strides} differ from xDesc's {xd.strides}")
-        check(len({yd.dataType, dyd.dataType, xd.dataType, dxd.dataType}) == 1, "dxDesc",
-              "the data types of y, dy, x and dx must be equal")
-        check(xd.nbDims == yd.nbDims and xd.dims[:2] == yd.dims[:2], "yDesc",
-              f"dims {yd.dims} must have xDesc's rank and n, c {xd.dims[:2]}")
-        _check_spatial(pd, xd, BWD_DTYPES)
-        for name, d in (("xDesc", xd), ("yDesc", yd)):
-            if not _innermost_unit_stride(d):
-                raise not_supported(name, f"strides {d.strides}: the innermost dim (W, or C for NHWC) must have stride 1")
-        keys = tuple(("PoolingBackward", pd.key(), yd.key(), xd.key(), bz) for bz in (False, True))
-        m = _BWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
+    sk = (handle, poolingDesc, yDesc, dyDesc, xDesc, dxDesc)
+    try:
+        s = _BWD_SITES.get(sk)
+    except TypeError:  # an unhashable argument: resolving it says what it is
+        s = None
+    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
+        h, pd, yd, dyd, xd, dxd, m = s[1]
+    else:
+        stamp = EPOCH[0]
+        h = get_handle(handle)
+        pd = pooling_desc(poolingDesc)
+        yd, dyd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc")
+        xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dxDesc, "dxDesc")
+        mk = (id(pd._key or pd.key()), id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(xd._key or xd.key()),
+              id(dxd._key or dxd.key()))
+        m = _BWD.get(mk)
+        if m is None:
+            mk, m = _BWD.canonical((), (pd, yd, dyd, xd, dxd))
+        if m is None:
+            check(yd.dims == dyd.dims, "dyDesc", f"dims {dyd.dims} differ from yDesc's {yd.dims}")
+            check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} differ from yDesc's {yd.strides}")
+            check(xd.dims == dxd.dims, "dxDesc", f"dims {dxd.dims} differ from xDesc's {xd.dims}")
+            check(xd.strides == dxd.strides, "dxDesc", f"strides {dxd.strides} differ from xDesc's {xd.strides}")
+            check(len({yd.dataType, dyd.dataType, xd.dataType, dxd.dataType}) == 1, "dxDesc",
+                  "the data types of y, dy, x and dx must be equal")
+            check(xd.nbDims == yd.nbDims and xd.dims[:2] == yd.dims[:2], "yDesc",
+                  f"dims {yd.dims} must have xDesc's rank and n, c {xd.dims[:2]}")
+            _check_spatial(pd, xd, BWD_DTYPES)
+            for name, d in (("xDesc", xd), ("yDesc", yd)):
+                if not _innermost_unit_stride(d):
+                    raise not_supported(name, f"strides {d.strides}: the innermost dim (W, or C for NHWC) must have stride 1")
+            keys = tuple(("PoolingBackward", pd.key(), yd.key(), xd.key(), bz) for bz in (False, True))
+            m = _BWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
+        site_put(_BWD_SITES, sk, stamp, (h, pd, yd, dyd, xd, dxd, m))
     dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 

@@ -22,10 +22,10 @@ reference engine).
 from __future__ import annotations
 
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, virtual
-from ._call import ALPHA, BETA, blend, plan_for, run
+from ._call import ALPHA, BETA, blend, cached_plan, plan_for, run
 from ._data import scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import Memo
+from ._memo import EPOCH, Memo, site_put
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
@@ -189,7 +189,7 @@ def getReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc) -> int:
     return _workspace_need(h, rd, ad, cd)
 
 
-_REDUCE = Memo("cudnnReduceTensor")
+_REDUCE, _REDUCE_SITES = Memo("cudnnReduceTensor"), Memo("cudnnReduceTensor sites")
 
 
 @legacy("cudnnReduceTensor")
@@ -197,33 +197,43 @@ def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspac
                  alpha, aDesc, A, beta, cDesc, C) -> None:
     """C = alpha * reduce_op(A) + beta * C over the dims where C is 1 (002 §3.2.71).  The
     descriptor checks run once per combination of settings (``_memo``)."""
-    h = get_handle(handle)
-    rd = reduce_desc(reduceTensorDesc)
-    ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
-    mk = (id(rd._key or rd.key()), id(ad._key or ad.key()), id(cd._key or cd.key()))
-    m = _REDUCE.get(mk)
-    if m is None:
-        mk, m = _REDUCE.canonical((), (rd, ad, cd))
-    if m is None:
-        _check_shapes(ad, cd)
-        check(ad.dims != cd.dims, "cDesc", f"no dimension is reduced (A and C are both {ad.dims})")
-        _check_types(rd, ad, cd)
-        if rd.wants_indices:
-            check(rd.mode in INDEX_MODES, "reduceTensorDesc",
-                  f"indices are computed for MIN, MAX and AMAX only, not {name_of('cudnnReduceTensorOp_t', rd.op)}")
-            if rd.indicesType != ITYPE["CUDNN_32BIT_INDICES"]:
-                raise not_supported("reduceTensorDesc", f"indices type {name_of('cudnnIndicesType_t', rd.indicesType)}: "
-                                    "only CUDNN_32BIT_INDICES is supported")
-        plans = tuple((_key(rd, ad, cd, bz), _builder(rd, ad, cd, bz)) for bz in (False, True))
-        m = _REDUCE.put(mk, (cd.dtype == "float64", _indices_bytes(rd, cd) if rd.wants_indices else None,
-                             _with_indices(rd), plans), (rd.key(), ad.key(), cd.key()))
+    sk = (handle, reduceTensorDesc, aDesc, cDesc)
+    try:
+        s = _REDUCE_SITES.get(sk)
+    except TypeError:  # an unhashable argument: resolving it says what it is
+        s = None
+    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
+        h, rd, ad, cd, m = s[1]
+    else:
+        stamp = EPOCH[0]
+        h = get_handle(handle)
+        rd = reduce_desc(reduceTensorDesc)
+        ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
+        mk = (id(rd._key or rd.key()), id(ad._key or ad.key()), id(cd._key or cd.key()))
+        m = _REDUCE.get(mk)
+        if m is None:
+            mk, m = _REDUCE.canonical((), (rd, ad, cd))
+        if m is None:
+            _check_shapes(ad, cd)
+            check(ad.dims != cd.dims, "cDesc", f"no dimension is reduced (A and C are both {ad.dims})")
+            _check_types(rd, ad, cd)
+            if rd.wants_indices:
+                check(rd.mode in INDEX_MODES, "reduceTensorDesc",
+                      f"indices are computed for MIN, MAX and AMAX only, not {name_of('cudnnReduceTensorOp_t', rd.op)}")
+                if rd.indicesType != ITYPE["CUDNN_32BIT_INDICES"]:
+                    raise not_supported("reduceTensorDesc", f"indices type {name_of('cudnnIndicesType_t', rd.indicesType)}: "
+                                        "only CUDNN_32BIT_INDICES is supported")
+            plans = tuple((_key(rd, ad, cd, bz), _builder(rd, ad, cd, bz)) for bz in (False, True))
+            m = _REDUCE.put(mk, (cd.dtype == "float64", _indices_bytes(rd, cd) if rd.wants_indices else None,
+                                 _with_indices(rd), plans), (rd.key(), ad.key(), cd.key()))
+        site_put(_REDUCE_SITES, sk, stamp, (h, rd, ad, cd, m))
     dbl, need, with_indices, plans = m
     if need is not None:
         have = 0 if indices is None or (isinstance(indices, int) and indices == 0) else int(indicesSizeInBytes)
         check(have >= need, "indicesSizeInBytes", f"the indices need {need} bytes, {have} were given", CUDNN_STATUS_INVALID_VALUE)
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
     key, build = plans[b == 0]
-    ws_need = plan_for(h, key, build).workspace_size  # the plan run() takes from the cache next
+    ws_need = cached_plan(h, key, build).workspace_size  # the plan run() takes from the cache next
     ws_have = 0 if workspace is None or (isinstance(workspace, int) and workspace == 0) else int(workspaceSizeInBytes)
     check(ws_have >= ws_need, "workspaceSizeInBytes", f"the reduction needs {ws_need} bytes of workspace, {ws_have} were given",
           CUDNN_STATUS_INVALID_VALUE)

@@ -10,7 +10,11 @@ kernel emulator (``tests/kernel_emu.py``, real numbers) or do nothing (``noop``:
   * ``runtime.function`` -> an ``EmuKernel`` (``.ptr``, ``__call__`` as CuPy's RawKernel);
   * ``runtime.LAUNCH`` -> a cuLaunchKernel stand-in reading the ``void*[]`` argument array the
     records pass (the emulator's ``cc_launch`` takes exactly that);
-  * the cupy engine as available and the native engine as not.
+  * the cupy engine as available and the native engine as not;
+  * with ``cudnn=True``, the native ``cudnn`` engine as available over a stand-in libcudnn
+    (``NativeEmu``): graphs are translated for real (``graph.candidates``) and plans are real
+    ``CudnnPlan`` objects whose native handles, descriptors, cudnnBackendExecute and CUDA graph
+    calls do nothing (counted): the convolutions' cached call path, host cost only.
 """
 from __future__ import annotations
 
@@ -138,11 +142,114 @@ class EmuKernel:
         self.run_params(ctypes.addressof(params), g, b)
 
 
-class Emu:
-    """Install the stand-ins; ``mode``: 'emulate' (kernels run on the CPU) or 'noop'."""
+class _NativeDesc:
+    """lib.Descriptor stand-in (what the cached path makes: variant packs)."""
+    _next = itertools.count(0x7000000)
 
-    def __init__(self, mode: str = "emulate"):
+    def __init__(self, kind):
+        self.kind, self.ptr = kind, next(self._next) * 0x100
+
+    def set(self, attr, attr_type, values):
+        return self
+
+    def finalize(self):
+        return self
+
+    def destroy(self):
+        pass
+
+
+class _NativeGraph:
+    def __init__(self, spec, handle, values=None):
+        self.graph = _NativeDesc("OPERATIONGRAPH")
+
+    def destroy(self):
+        pass
+
+
+class NativeEmu:
+    """The ``cudnn`` engine over a stand-in libcudnn (see the module docstring); ``executes`` and
+    ``graph_launches`` count what a GPU would have run."""
+
+    def __init__(self):
+        from cudnn_compat._backend.engines.base import EngineConfig
+        from cudnn_compat._backend.engines.cudnn_engine import ENGINE, lib, plan as plan_mod
+        self.executes = self.graph_launches = self.captures = 0
+        self._graph_ids = itertools.count(0x9000)
+        self._saved_engine = {k: ENGINE.__dict__.get(k) for k in ("available", "configs", "build")}
+        self._saved_lib = (lib.load, lib.Descriptor, lib.handle_for, dict(lib._handles))
+        self._saved_plan = (plan_mod._runtime, plan_mod._capture_stream, plan_mod.NativeGraph,
+                            plan_mod._configs.execution_plan)
+        lib_ns = types.SimpleNamespace(cudnnBackendExecute=self._execute)
+        lib.load = lambda: lib_ns
+        lib.Descriptor = _NativeDesc
+        lib._handles[0] = [0xAB, 0]
+
+        def handle_for(device, stream_ptr=0):
+            lib._handles.setdefault(device, [0xAB, 0])[1] = stream_ptr
+            return lib._handles[device][0]
+        lib.handle_for = handle_for
+        rt = types.SimpleNamespace(
+            streamBeginCapture=lambda s, mode=None: None, streamEndCapture=lambda s: next(self._graph_ids),
+            streamIsCapturing=lambda s: False, graphInstantiate=self._instantiate, graphDestroy=lambda g: None,
+            graphLaunch=self._glaunch, graphExecDestroy=lambda g: None)
+        plan_mod._runtime = lambda: rt
+        plan_mod._capture_stream = lambda device: 0xCA97
+        plan_mod.NativeGraph = _NativeGraph
+
+        def execution_plan(lib_, handle, graph, config):  # a native plan per set of baked alpha/beta values
+            d = _NativeDesc("EXECUTION_PLAN")
+            return d, 0, [d]
+        plan_mod._configs.execution_plan = execution_plan
+        cfg = EngineConfig("cudnn", (), frozenset({"DETERMINISTIC"}), 0)
+
+        def build(graph, config):
+            from cudnn_compat._backend.engines.cudnn_engine import _state
+            from cudnn_compat._backend.engines.base import EngineDeclined
+            st = _state(graph)
+            if not st.candidates:
+                raise EngineDeclined("cudnn", st.reason)
+            spec = st.spec
+            base = _NativeDesc("EXECUTION_PLAN")
+            return plan_mod.CudnnPlan(graph, config, spec, 0, _NativeGraph(spec, 0), base, 0, [base],
+                                      spec.representative())
+        ENGINE.available = lambda: None
+        ENGINE.configs = lambda graph, place, mode: [cfg]
+        ENGINE.build = build
+        self.engine, self.lib, self.plan_mod = ENGINE, lib, plan_mod
+
+    def _execute(self, handle, plan, vp):
+        self.executes += 1
+        return 0
+
+    def _instantiate(self, graph):
+        self.captures += 1
+        return graph + 0x100000
+
+    def _glaunch(self, exe, stream):
+        self.graph_launches += 1
+
+    def restore(self):
+        for k, v in self._saved_engine.items():
+            if v is None:
+                self.engine.__dict__.pop(k, None)
+            else:
+                setattr(self.engine, k, v)
+        lib = self.lib
+        lib.load, lib.Descriptor, lib.handle_for, handles = self._saved_lib
+        lib._handles.clear()
+        lib._handles.update(handles)
+        pm = self.plan_mod
+        pm._runtime, pm._capture_stream, pm.NativeGraph, pm._configs.execution_plan = self._saved_plan
+
+
+class Emu:
+    """Install the stand-ins; ``mode``: 'emulate' (kernels run on the CPU) or 'noop'; ``cudnn``: the
+    native engine over a stand-in libcudnn too (``NativeEmu``; nothing runs)."""
+
+    def __init__(self, mode: str = "emulate", cudnn: bool = False):
         self.mode = mode
+        self.native = NativeEmu() if cudnn else None
         self.kernels: dict = {}
         self.launches: list = []
         self._fns: dict = {}
@@ -217,6 +324,8 @@ class Emu:
         return h
 
     def restore(self):
+        if self.native is not None:
+            self.native.restore()
         (runtime.cupy, runtime.function, launch, stream, cupy_engine._unavailable, graphs) = self._saved
         runtime.GRAPHS[:] = graphs
         runtime.LAUNCH[:] = launch

@@ -213,3 +213,18 @@ def test_tensor_core_math_type_runs_and_is_reported_honestly(handle, rng):
     np.testing.assert_allclose(y, ref_conv(x, w, PAD, (1, 1), (1, 1), mode=CONV), rtol=1e-5, atol=1e-5)
     perf = cc.findConvolutionForwardAlgorithm(handle, tdesc(XS), fdesc(WS), cd, tdesc(YS), 8)
     assert {p.mathType for p in perf} == {cc.CUDNN_DEFAULT_MATH}
+
+
+@pytest.mark.parametrize("query", ["find", "get_v7", "find_bwd_filter", "find_bwd_data"])
+def test_fma_math_descriptor_gives_every_algo_fma_math(handle, query):
+    """convDesc with FMA_MATH: every algorithm is tried and reported with FMA_MATH (libcudnn 9 does
+    the same), so a caller keeping only results of its descriptor's math type finds all of them."""
+    cd = cdesc(PAD, mode=CONV, math=cc.CUDNN_FMA_MATH)
+    xd, wd, yd = tdesc(XS), fdesc(WS), tdesc(YS)
+    fn = {"find": lambda: cc.findConvolutionForwardAlgorithm(handle, xd, wd, cd, yd, 16),
+          "get_v7": lambda: cc.getConvolutionForwardAlgorithm_v7(handle, xd, wd, cd, yd, 16),
+          "find_bwd_filter": lambda: cc.findConvolutionBackwardFilterAlgorithm(handle, xd, yd, cd, wd, 16),
+          "find_bwd_data": lambda: cc.findConvolutionBackwardDataAlgorithm(handle, wd, yd, cd, xd, 16)}[query]
+    perf = fn()
+    assert len(perf) >= 4 and {p.mathType for p in perf} == {cc.CUDNN_FMA_MATH}
+    assert any(p.status == OK for p in perf)

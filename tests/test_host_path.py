@@ -214,6 +214,7 @@ def emu():
     yield e
     e.restore()
     _memo.clear_all()
+    cc._call.clear_lanes()
 
 
 def _emu_place(e, h):
@@ -444,6 +445,241 @@ def test_memo_entries_are_per_settings(rng):
     cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_IDENTITY, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
     with pytest.raises(cc.CuDNNError, match="ConvolutionBiasActivationForward"):
         cc.cudnnActivationForward(h, ad, 1.0, xd, x, 0.0, yd, y)
+
+
+# -- lanes (_call.run) and call sites (_memo): the cached path skips work, never a check ----------------------
+
+LANED = ("act_fwd", "act_bwd", "add_tensor", "op_tensor", "softmax_fwd", "softmax_bwd", "pool_fwd", "pool_bwd",
+         "bn_train", "bn_inf", "bn_bwd", "lrn")
+
+
+def _dev(bufs):
+    import host_emu
+    return {k: host_emu.EmuArray(v) for k, v in bufs.items()}
+
+
+def _count_general(monkeypatch):
+    """Calls that took _call.run's general path (planner.get_plan), counted."""
+    from cudnn_compat._backend import planner
+    n = [0]
+    orig = planner.get_plan
+
+    def spy(*a, **k):
+        n[0] += 1
+        return orig(*a, **k)
+    monkeypatch.setattr(planner, "get_plan", spy)
+    return n
+
+
+@pytest.mark.parametrize("case", LANED)
+def test_lane_calls_give_the_reference_numbers(emu, rng, case, monkeypatch):
+    """After a few calls with the same arguments a call takes the lane (no plan-cache lookup by key,
+    no variant-pack dict); its numbers still follow new buffers and alpha/beta, and each lane call
+    counts as one plan-cache hit."""
+    ins, outs, call = CASES[case](rng)
+    h, hc = emu.handle(), cc.cudnnCreate("cpu")
+    for _ in range(3):  # trace; the memo's key seen; the lane made (BN: its first call keys the plan itself)
+        call(h, _dev(_f32({**ins, **outs})), 1.0, 0.0)
+    general = _count_general(monkeypatch)
+    for alpha, beta in ((1.5, 0.0), (0.5, 0.0)):
+        bufs = _f32({**ins, **outs})
+        bufs = {k: v * 1.25 if k in ins else v for k, v in bufs.items()}
+        ref = {k: v.copy() for k, v in bufs.items()}
+        call(hc, ref, alpha, beta)
+        hits, n = cc.plan_cache_info().hits, general[0]
+        call(h, _dev(bufs), alpha, beta)
+        assert cc.plan_cache_info().hits == hits + 1
+        assert general[0] == n, "the lane was not taken"
+        assert_close({k: ref[k] for k in outs}, {k: bufs[k] for k in outs})
+
+
+@pytest.mark.parametrize("case", ["act_fwd", "softmax_fwd", "pool_fwd", "bn_inf", "add_tensor", "lrn"])
+def test_lane_still_refuses_bad_buffers(emu, rng, case):
+    """After the lane exists: a buffer of the wrong dtype, one too small, NULL, and a library object
+    as data are BAD_PARAM naming the argument, before anything is written."""
+    import host_emu
+    ins, outs, call = CASES[case](rng)
+    h = emu.handle()
+    good = _f32({**ins, **outs})
+    for _ in range(3):
+        call(h, _dev(good), 1.0, 0.0)
+    name = next(iter(ins))
+    for bad, words in ((good[name].astype(np.float16), "dtype"), (good[name].ravel()[:3], "bytes")):
+        bufs = _dev(good)
+        bufs[name] = host_emu.EmuArray(bad)
+        out = {k: good[k].copy() for k in outs}
+        bufs.update(_dev(out))
+        with pytest.raises(cc.CuDNNError) as e:
+            call(h, bufs, 1.0, 0.0)
+        assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM and words in str(e.value), e.value
+        for k in outs:
+            np.testing.assert_array_equal(out[k], good[k])  # nothing written
+    for bad in (None, cc.cudnnCreateTensorDescriptor()):
+        bufs = _dev(good)
+        bufs[name] = bad
+        with pytest.raises(cc.CuDNNError) as e:
+            call(h, bufs, 1.0, 0.0)
+        assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM, e.value
+
+
+def test_call_site_sees_descriptor_changes(emu, rng):
+    """The call-site memo of several families: a descriptor re-set after the site is cached is checked
+    again (BAD_PARAM for a mismatch, the new settings used when valid); a destroyed descriptor or
+    handle is BAD_PARAM; an unhashable descriptor argument is BAD_PARAM, not an internal error."""
+    h = emu.handle()
+    x, y = np.ones(S, np.float32), np.zeros(S, np.float32)
+    ad, pd, xd, yd = _act(rng), _pool(), tdesc(S), tdesc(S)
+    calls = {
+        "act": lambda yd_, yy: cc.cudnnActivationForward(h, ad, 1.0, xd, _dev({"x": x})["x"], 0.0, yd_, yy),
+        "softmax": lambda yd_, yy: cc.cudnnSoftmaxForward(h, cc.CUDNN_SOFTMAX_ACCURATE, cc.CUDNN_SOFTMAX_MODE_CHANNEL,
+                                                          1.0, xd, _dev({"x": x})["x"], 0.0, yd_, yy),
+        "add": lambda yd_, yy: cc.cudnnAddTensor(h, 1.0, xd, _dev({"x": x})["x"], 0.0, yd_, yy),
+    }
+    for name, fn in calls.items():
+        yd = tdesc(S)
+        for _ in range(3):
+            fn(yd, _dev({"y": y})["y"])
+        cc.cudnnSetTensor4dDescriptor(yd, cc.CUDNN_TENSOR_NCHW, F32, 2, 8, 6, 5)  # other dims: checked again
+        with pytest.raises(cc.CuDNNError) as e:
+            fn(yd, _dev({"y": y})["y"])
+        assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM, (name, e.value)
+        cc.cudnnSetTensor4dDescriptor(yd, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_HALF, *S)  # other dtype
+        with pytest.raises(cc.CuDNNError):
+            fn(yd, _dev({"y": y})["y"])
+        cc.cudnnSetTensor4dDescriptor(yd, cc.CUDNN_TENSOR_NCHW, F32, *S)
+        out = np.full(S, -1.0, np.float32)
+        fn(yd, _dev({"y": out})["y"])
+        assert np.all(out == {"softmax": 0.125}.get(name, 1.0)), name  # relu(1), softmax of 8 ones, 1*x + 0*y
+        cc.cudnnDestroyTensorDescriptor(yd)
+        with pytest.raises(cc.CuDNNError, match="destroyed") as e:
+            fn(yd, _dev({"y": y})["y"])
+        assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM
+        with pytest.raises(cc.CuDNNError) as e:
+            fn([1, 2], _dev({"y": y})["y"])
+        assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM, e.value
+    # the activation mode changed after caching: the new mode runs (the memo entry is per settings)
+    yd = tdesc(S)
+    for _ in range(3):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, _dev({"x": -x})["x"], 0.0, yd, _dev({"y": y})["y"])
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_SIGMOID, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    out = np.zeros(S, np.float32)
+    cc.cudnnActivationForward(h, ad, 1.0, xd, _dev({"x": -x})["x"], 0.0, yd, _dev({"y": out})["y"])
+    np.testing.assert_allclose(out, 1 / (1 + np.e), rtol=1e-6)
+    # the pooling window changed after caching: the new window is used (as on a CPU handle)
+    py, xr = tdesc(P), rng.standard_normal(S).astype(np.float32)
+    for _ in range(3):
+        cc.cudnnPoolingForward(h, pd, 1.0, xd, _dev({"x": xr})["x"], 0.0, py, _dev({"y": np.zeros(P, np.float32)})["y"])
+    cc.cudnnSetPooling2dDescriptor(pd, cc.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, cc.CUDNN_NOT_PROPAGATE_NAN,
+                                   2, 2, 0, 0, 1, 1)
+    got, want = np.zeros(P, np.float32), np.zeros(P, np.float32)
+    cc.cudnnPoolingForward(h, pd, 1.0, xd, _dev({"x": xr})["x"], 0.0, py, _dev({"y": got})["y"])
+    cc.cudnnPoolingForward(cc.cudnnCreate("cpu"), pd, 1.0, xd, xr, 0.0, py, want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # a destroyed activation descriptor (the site entry is stale: resolving says so)
+    cc.cudnnDestroyActivationDescriptor(ad)
+    with pytest.raises(cc.CuDNNError, match="destroyed"):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, _dev({"x": x})["x"], 0.0, yd, _dev({"y": y})["y"])
+
+
+def test_lane_follows_the_plan_cache(emu, rng, monkeypatch):
+    """A lane whose plan left the cache is not used (the call rebuilds the plan); a forced engine in the
+    environment takes the general path (the engine is part of the plan key there)."""
+    ins, outs, call = case_act_fwd(rng)
+    h = emu.handle()
+    good = _f32({**ins, **outs})
+    for _ in range(3):
+        call(h, _dev(good), 1.0, 0.0)
+    old = cc._call.last_plan()
+    cc.plan_cache_clear()
+    for _ in range(3):
+        bufs = _f32({**ins, **outs})
+        call(h, _dev(bufs), 2.0, 0.0)
+        np.testing.assert_allclose(bufs["y"], 2.0 * np.maximum(bufs["x"], 0), rtol=1e-6)
+    assert cc._call.last_plan() is not old and cc.plan_cache_info().currsize == 1
+    # LRU order: another signature planned after it, then the lane's plan is back at the end within
+    # LANE_LRU_EVERY + 1 lane calls (the hit is counted on every call)
+    from cudnn_compat._backend.plan_cache import CACHE
+    ins2, outs2, call2 = case_softmax_fwd(rng)
+    call2(h, _dev(_f32({**ins2, **outs2})), 1.0, 0.0)
+    assert next(reversed(CACHE._d.values())) is cc._call.last_plan()  # the softmax plan
+    act_plan = [p for p in CACHE._d.values() if p.graph.name == "ActivationForward"][0]
+    for _ in range(cc._call.LANE_LRU_EVERY + 1):
+        call(h, _dev(good), 1.0, 0.0)
+    assert next(reversed(CACHE._d.values())) is act_plan
+    general = _count_general(monkeypatch)
+    monkeypatch.setenv("CUDNN_COMPAT_ENGINE", "cupy")
+    call(h, _dev(good), 1.0, 0.0)
+    assert general[0] == 1
+    monkeypatch.delenv("CUDNN_COMPAT_ENGINE")
+    call(h, _dev(good), 1.0, 0.0)
+    assert general[0] == 1  # the lane again
+
+
+@pytest.fixture
+def native_emu():
+    """The emulated GPU place with the native cudnn engine over a stand-in libcudnn (nothing runs)."""
+    import host_emu
+    from cudnn_compat import _memo
+    cc.plan_cache_clear()
+    e = host_emu.Emu("noop", cudnn=True)
+    yield e
+    e.restore()
+    _memo.clear_all()
+    cc._call.clear_lanes()
+    cc.plan_cache_clear()
+
+
+def _conv_problem():
+    X, Wt = (1, 8, 6, 6), (8, 8, 3, 3)
+    xd, yd = tdesc(X), tdesc(X)
+    wd = cc.cudnnCreateFilterDescriptor()
+    cc.cudnnSetFilter4dDescriptor(wd, F32, cc.CUDNN_TENSOR_NCHW, *Wt)
+    cd = cc.cudnnCreateConvolutionDescriptor()
+    cc.cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, F32)
+    bufs = {"x": np.ones(X, np.float32), "w": np.ones(Wt, np.float32), "y": np.zeros(X, np.float32)}
+    return xd, wd, yd, cd, bufs
+
+
+def test_native_lane_binds_and_checks_convolutions(native_emu, monkeypatch):
+    """Convolutions on the native engine: after the first calls a call takes the lane (its binder, then
+    planner.execute: the engine's CUDA graph replay); a wrong buffer, a re-set descriptor and a destroyed
+    one are still refused (BAD_PARAM; the output dims rule is NOT_SUPPORTED, as on a first call)."""
+    import host_emu
+    xd, wd, yd, cd, bufs = _conv_problem()
+    h = native_emu.handle()
+    algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+    dev = _dev(bufs)
+
+    def fwd(d=dev, y_desc=yd):
+        cc.cudnnConvolutionForward(h, 1.0, xd, d["x"], wd, d["w"], cd, algo, None, 0, 0.0, y_desc, d["y"])
+    for _ in range(4):
+        fwd()
+    plan = cc._call.last_plan()
+    assert plan.engine == "cudnn"
+    general = _count_general(monkeypatch)
+    launches = native_emu.native.graph_launches
+    hits = cc.plan_cache_info().hits
+    for _ in range(3):
+        fwd()
+    assert general[0] == 0 and cc.plan_cache_info().hits == hits + 3
+    assert native_emu.native.graph_launches == launches + 3 and cc._call.last_plan() is plan
+    bad = dict(dev, x=host_emu.EmuArray(bufs["x"].astype(np.float16)))
+    with pytest.raises(cc.CuDNNError) as e:
+        fwd(bad)
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM and "x" in str(e.value), e.value
+    bad = dict(dev, y=host_emu.EmuArray(bufs["y"].ravel()[:10]))
+    with pytest.raises(cc.CuDNNError) as e:
+        fwd(bad)
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM and "bytes" in str(e.value), e.value
+    cc.cudnnSetConvolution2dDescriptor(cd, 0, 0, 1, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, F32)  # y is now 4x4
+    with pytest.raises(cc.CuDNNError) as e:
+        fwd()
+    assert e.value.status == cc.CUDNN_STATUS_NOT_SUPPORTED and "yDesc" in str(e.value), e.value  # 002 §5.2.10 dims rule
+    fwd(_dev({"x": bufs["x"], "w": bufs["w"], "y": np.zeros((1, 8, 4, 4), np.float32)}), tdesc((1, 8, 4, 4)))
+    cc.cudnnDestroyFilterDescriptor(wd)
+    with pytest.raises(cc.CuDNNError, match="destroyed") as e:
+        fwd()
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM
 
 
 # -- the device ----------------------------------------------------------------------------------------------

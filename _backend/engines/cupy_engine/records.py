@@ -36,6 +36,12 @@ TRACEABLE = frozenset({"KernelRun", "RowRun", "BnRun"})
 CODES = {"float": "f", "double": "d"}  # by-value argument C types a record patches (struct codes)
 MAX_RECORDS = 8  # per plan: (stream, alignment outcome) pairs kept
 PACK_ERRORS = (struct.error, OverflowError, TypeError)
+# os.environ's own dict and the graphs variable's key in it (config's view): while the key is absent the
+# generated paths skip the graph table (graphs are off by default); None (not POSIX): always consult it
+_GENV = getattr(config, "_ENV", None)
+_GNAME = getattr(config, "_KEYS", {}).get("CUDNN_COMPAT_CUPY_GRAPHS")
+if _GNAME is None or config.TABLE["CUDNN_COMPAT_CUPY_GRAPHS"].default:
+    _GENV = None
 
 
 def traceable(runs) -> bool:
@@ -177,6 +183,10 @@ class FastPath:
         self.lock = threading.Lock()
         self._owned: dict = {}  # the Record objects (their buffers and kept temps)
         self.fast = None
+        # ``fastp(stream, *values)``: ``fast`` with the values as arguments in ``order`` (every
+        # caller buffer's uid, then the patched scalars'), no variant-pack dict (_fastbind's lanes)
+        self.order = tuple(sorted(spans)) + tuple(sorted(u for u, c in layout.vars if c != "Q"))
+        self.fastp = None
 
     def add(self, tracer: Tracer) -> None:
         rec = Record(tracer)
@@ -192,6 +202,7 @@ class FastPath:
             if self.fast is None or not tracer.guards <= self.guards:
                 self.guards |= tracer.guards
                 self.fast = self.compile()
+                self.fastp = self.compile(positional=True)
 
     def clear(self) -> None:
         with self.lock:
@@ -234,13 +245,22 @@ class FastPath:
             runtime.graphs().destroy(g)
         return g
 
-    def compile(self):
-        """The generated ``fast(data, stream) -> bool`` (see the module docstring)."""
+    def compile(self, positional: bool = False):
+        """The generated ``fast(data, stream) -> bool`` (see the module docstring), or with
+        ``positional`` ``fastp(stream, *values)``, the values in ``self.order``.  While
+        CUDNN_COMPAT_CUPY_GRAPHS is absent from the environment (graphs off, the default) a call
+        skips the graph table: lock, patch, launch."""
         v = self.layout.vars
-        name = {uid: f"v{i}" for i, (uid, code) in enumerate(v) if code == "Q"}
-        lines = ["def fast(data, stream):",
-                 "    sptr = _cur() if stream is None else (stream if type(stream) is int else stream.ptr)"]
-        lines += [f"    v{i} = data[{uid!r}]" for i, (uid, _c) in enumerate(v)]
+        if positional:
+            name = {uid: f"u{uid}" for uid in self.order}
+            lines = [f"def fastp(stream, {', '.join(name[u] for u in self.order)}):"]
+            vnames = [name[uid] for uid, _c in v]
+        else:
+            name = {uid: f"v{i}" for i, (uid, code) in enumerate(v) if code == "Q"}
+            lines = ["def fast(data, stream):"]
+            lines += [f"    v{i} = data[{uid!r}]" for i, (uid, _c) in enumerate(v)]
+            vnames = [f"v{i}" for i in range(len(v))]
+        lines.insert(1, "    sptr = _cur() if stream is None else (stream if type(stream) is int else stream.ptr)")
         for uid in list(self.align) + [x for g in sorted(self.guards) for x in g]:
             if uid not in name:  # a pointer that chooses a variant or is guarded but no kernel takes
                 name[uid] = f"g{len(name)}"
@@ -261,8 +281,18 @@ class FastPath:
         for u, s in sorted(self.guards):  # a guarded input overlapping an output: execute (it copies)
             lines.append(f"    if {name[u]} < {name[s]} + {self.spans[s]} and {name[s]} < {name[u]} + {self.spans[u]}:")
             lines.append("        return False")
-        vals = ", ".join(f"v{i}" for i in range(len(v)))
-        lines += [f"    gk = (sptr, {vals})",
+        vals = ", ".join(vnames)
+        lines += ["    if _genv is not None and _genv.get(_gname) is None:  # graphs off: no graph table",
+                  "        with _lock:",
+                  "            try:",
+                  f"                _pack(rec[0], 0, {vals})",
+                  "            except _ERR:",
+                  "                return False",
+                  "            for f, gx, gy, gz, bx, by, bz, shm, pa in rec[1]:",
+                  "                _lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)",
+                  "        _N[0] += rec[2]",
+                  "        return True",
+                  f"    gk = (sptr, {vals})",
                   "    with _lock:",
                   "        g = _graphs.get(gk)",
                   "        if g is not None and g > 0 and not (sptr and _capturing(sptr)):",
@@ -285,8 +315,8 @@ class FastPath:
         ns = {"_cur": runtime.current_stream_function(), "_recs": self.records, "_pack": self.layout.pack,
               "_ERR": PACK_ERRORS, "_lk": runtime.launcher(), "_N": runtime.LAUNCHES, "_lock": self.lock,
               "_graphs": self.graphs, "_glaunch": getattr(gr, "launch_function", lambda: gr.launch)(), "_capturing": gr.capturing, "_note": self.note,
-              "_capture": self.capture}
+              "_capture": self.capture, "_genv": _GENV, "_gname": _GNAME}
         exec(compile("\n".join(lines) + "\n", "<cupy launch record>", "exec"), ns)
-        fast = ns["fast"]
+        fast = ns["fastp" if positional else "fast"]
         fast.source = "\n".join(lines)
         return fast
