@@ -10,7 +10,7 @@ import threading
 import time
 import warnings
 
-from .engines.base import EngineDeclined, VariantPack
+from .engines.base import EngineDeclined, VariantPack, device_views
 from .heuristics import forced_engine, get_engine_configs
 from .ir import GraphError
 from . import config as _config
@@ -249,6 +249,8 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
         tried.append((plan.engine, reason))
         if key is not None:
             CACHE.evict(key)
+        if getattr(plan, "raw_pointers", False):  # however it failed, the next engine gets arrays
+            device_views(plan.graph, pack.data)
         plan = _replan(plan, tried, key)
 
 

@@ -239,8 +239,9 @@ def test_ctc_matches_the_real_legacy_function(gpu, real, norm, shape):
         _close(gg, wg, 1e-3)
     else:  # libcudnn 9's NONE gradients are not 002's "with respect to the unnormalized activation"
         # (|values| up to 2e3 and 1e5 for these two shapes on an H100, where ours, y - occupancy, are
-        # within [-1, 1]); the reference engine follows 002, so only the costs are compared
-        assert np.abs(gg).max() <= 1.0 + 1e-5 and np.abs(wg).max() > 10.0
+        # within [-1, 1] up to float32 rounding of the log-space occupancies: 1.00012 seen on an
+        # H100); the reference engine follows 002, so only the costs are compared
+        assert np.abs(gg).max() <= 1.0 + 1e-3 and np.abs(wg).max() > 10.0
 
 
 # -- the sampler --------------------------------------------------------------------------------

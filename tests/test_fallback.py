@@ -314,6 +314,53 @@ def test_decline_at_execute_is_a_reason_not_an_error(gpu, monkeypatch, caplog):
     assert any("alignment of y is 2 bytes" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
+class RawCrasher(Engine):
+    """A GPU engine whose plans take raw device pointers (as the cudnn engine's and the cupy
+    engine's record plans do) and fail at execute without converting them back."""
+    name = "rawcrasher"
+    places = ("gpu",)
+
+    def __init__(self):
+        self.seen = []
+
+    def build(self, graph, config):
+        eng = self
+
+        class Plan(ExecutionPlan):
+            raw_pointers = True
+
+            def execute(self, pack, stream=None):
+                eng.seen.append(sorted(type(v).__name__ for v in pack.data.values()))
+                raise RuntimeError("failed after binding raw pointers (test)")
+        return Plan(graph, config)
+
+
+@pytest.mark.parametrize("call", ["add_tensor", "activation"])
+def test_raw_pointer_plan_failing_hands_the_next_engine_views(gpu, monkeypatch, caplog, call):
+    """Whatever a raw-pointer plan fails with, planner.execute turns the pointers it was bound with
+    into views before the next engine runs (once a GPU test found the reference engine reading an
+    int as an array: 'cannot reshape array of size 1')."""
+    h, ND = gpu
+    raw = RawCrasher()
+    monkeypatch.setitem(REGISTRY.engines, "rawcrasher", raw)
+    monkeypatch.setitem(heuristics.ORDER, "gpu", ("rawcrasher", "reference"))
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(24).astype(np.float32)
+    c = rng.standard_normal(24).astype(np.float32)
+    d = tdesc((2, 3, 2, 2))
+    want = 2.0 * a + 0.5 * c if call == "add_tensor" else 2.0 * np.maximum(a, 0) + 0.5 * c
+    with caplog.at_level(logging.ERROR, logger="cudnn_compat"), pytest.warns(cc.CpuFallbackWarning):
+        if call == "add_tensor":
+            cc.cudnnAddTensor(h, 2.0, d, ND(a), 0.5, d, ND(c))
+        else:
+            ad = cc.cudnnCreateActivationDescriptor()
+            cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+            cc.cudnnActivationForward(h, ad, 2.0, d, ND(a), 0.5, d, ND(c))
+    assert raw.seen and "int" in raw.seen[0]  # it was handed raw pointers
+    np.testing.assert_allclose(c, want, rtol=1e-6)
+    assert cc._call.last_plan().engine == "reference"
+
+
 # -- on the device: an engine that fails after binding raw device pointers -----------------------------------
 
 def _conv_bwd_filter_case(rng, n=2, c=3, k=4, hw=9):

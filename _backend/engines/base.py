@@ -38,6 +38,23 @@ class EngineConfig:
         return f"{self.engine}#{self.index}" + (f"[{k}]" if k else "")
 
 
+def device_views(graph, data: dict) -> None:
+    """Replace the raw device-pointer ints in ``data`` (what plans with ``raw_pointers`` are
+    bound with) by strided CuPy views of ``graph``'s tensors, as the legacy layer's ``bind``
+    makes them: what an engine that takes arrays needs when it runs after such a plan failed."""
+    import cupy
+    from .. import dtypes
+    tensors = {t.uid: t for t in graph.external_inputs() + graph.external_outputs()}
+    for uid, buf in list(data.items()):
+        t = tensors.get(uid)
+        if type(buf) is int and t is not None and not t.is_by_value:
+            storage = dtypes.storage_dtype(t.dtype)
+            span = (1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))) * storage.itemsize
+            mem = cupy.cuda.UnownedMemory(buf, span, None)
+            data[uid] = cupy.ndarray(t.dims, dtype=storage, memptr=cupy.cuda.MemoryPointer(mem, 0),
+                                     strides=tuple(s * storage.itemsize for s in t.strides))
+
+
 class VariantPack:
     """CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: uid -> data buffer, plus workspace.  A plain
     slotted class (made once per legacy call; a frozen dataclass's __init__ costs 3x more)."""

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from operator import itemgetter
 
 from ... import config as _config
-from ..base import EngineDeclined, ExecutionPlan
+from ..base import EngineDeclined, ExecutionPlan, device_views
 from . import configs as _configs
 from . import lib as _lib
 from .graph import ALIGNMENT, NativeGraph
@@ -85,18 +85,8 @@ def _ptr(buf) -> int:
 
 
 def _views_for_fallback(graph, data: dict) -> None:
-    """Replace raw pointer ints in ``data`` by strided CuPy views, as ``bind`` makes them."""
-    import cupy
-    from ... import dtypes
-    tensors = {t.uid: t for t in graph.external_inputs() + graph.external_outputs()}
-    for uid, buf in list(data.items()):
-        t = tensors.get(uid)
-        if type(buf) is int and t is not None and not t.is_by_value:
-            storage = dtypes.storage_dtype(t.dtype)
-            span = (1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))) * storage.itemsize
-            mem = cupy.cuda.UnownedMemory(buf, span, None)
-            data[uid] = cupy.ndarray(t.dims, dtype=storage, memptr=cupy.cuda.MemoryPointer(mem, 0),
-                                     strides=tuple(s * storage.itemsize for s in t.strides))
+    """Replace raw pointer ints in ``data`` by strided CuPy views (``base.device_views``)."""
+    device_views(graph, data)
 
 
 def _getter(uids: list):
