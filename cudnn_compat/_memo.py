@@ -99,6 +99,16 @@ def site_get(sites: "Memo", sk: tuple):
         return None
 
 
+def site_get(sites: "Memo", sk: tuple):
+    """The value remembered for the arguments ``sk`` when no descriptor changed since (its stamp
+    is EPOCH[0]), else None (also for an unhashable argument: resolving it says what it is)."""
+    try:
+        s = sites.get(sk)
+    except TypeError:
+        return None
+    return s[1] if s is not None and s[0] is EPOCH[0] else None
+
+
 def site_put(sites: "Memo", sk: tuple, stamp, value) -> None:
     """Remember ``value`` for the arguments ``sk`` as of ``stamp`` (EPOCH[0] read before resolving)."""
     try:

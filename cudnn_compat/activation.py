@@ -39,7 +39,7 @@ from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import not_library_object, same_buffer, scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import EPOCH, Memo, site_put
+from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -210,12 +210,9 @@ def activationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y) -
     x/y dims or data type differ, in-place (x == y) with different strides.  The descriptor
     checks run once per combination of settings (``_memo``)."""
     sk = (handle, activationDesc, xDesc, yDesc)
-    try:
-        s = _FWD_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # the same arguments, no descriptor changed since (_memo "Call sites")
-        h, d, xd, yd, m = s[1]
+    s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, d, xd, yd, m = s
     else:
         h, d, xd, yd, m = _fwd_site(sk, handle, activationDesc, xDesc, x, yDesc, y)
     dbl, attrs, same_strides, keys = m
@@ -269,12 +266,9 @@ def activationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDes
     different strides.  NOT_SUPPORTED: dims or data types of y, dy, x, dx differ; y/dy or
     x/dx strides differ."""
     sk = (handle, activationDesc, yDesc, dyDesc, xDesc, dxDesc)
-    try:
-        s = _BWD_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # the same arguments, no descriptor changed since (_memo "Call sites")
-        h, yd, dyd, xd, dxd, m = s[1]
+    s = site_get(_BWD_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, yd, dyd, xd, dxd, m = s
     else:
         h, yd, dyd, xd, dxd, m = _bwd_site(sk, handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx)
     dbl, attrs, reads, same_strides, keys = m

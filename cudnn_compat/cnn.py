@@ -28,7 +28,7 @@ from ._conv_algos import (CuDNNAlgoPerf, INT8_CONFIGS, Layout, MIXED_DTYPES, NON
                           Problem, TABLES, TENSOR_OP, config_of, unsupported, zero_workspace_algo)
 from ._data import POINTER_MIN, extent_bytes, scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import EPOCH, Memo, site_put
+from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import STATUS, bad_param, check, not_supported
@@ -436,12 +436,9 @@ def _compute(dr: Direction, handle, alpha, descs: tuple, datas: tuple, convDesc,
     i.e. once per signature on a plan-cache miss and still before anything is written; a cached
     call resolves, keys, binds and executes."""
     sk = (handle, dr.kind, descs[0], descs[1], descs[2], convDesc, algo)
-    try:
-        s = _SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, xd, wd, yd, cd, double, keys = s[1]
+    s = site_get(_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, xd, wd, yd, cd, double, keys = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)
@@ -867,12 +864,9 @@ def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDes
     and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
     and keys on their settings; 002's rules are checked by the builder on a plan-cache miss."""
     sk = (handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc, activationDesc, algo)
-    try:
-        s = _CBA_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, yd, zd, bd, double, keys = s[1]
+    s = site_get(_CBA_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, yd, zd, bd, double, keys = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)

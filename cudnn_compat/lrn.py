@@ -24,7 +24,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, virtual
 from ._call import ALPHA, BETA, blend, blended, compute_dtype, run
 from ._data import same_buffer, scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import EPOCH, Memo, arrays, site_put
+from ._memo import EPOCH, Memo, arrays, site_get, site_put
 from ._registry import legacy
 from .activation import require_dtype
 from .enums import CONSTANTS, is_valid
@@ -174,12 +174,9 @@ def lrnCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta, yDe
     """y = alpha*LRN(x) + beta*y across channels (002 §3.2.65).  The descriptor checks run once
     per combination of settings (``_memo``)."""
     sk = (handle, normDesc, lrnMode, xDesc, yDesc)
-    try:
-        s = _FWD_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, ld, xd, yd, m = s[1]
+    s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, ld, xd, yd, m = s
         if not arrays((x, y)):
             _not_null({"x": x, "y": y})
     else:

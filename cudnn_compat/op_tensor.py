@@ -21,7 +21,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, scalar as scalar
 from ._call import ALPHA, BETA, blend, run
 from ._data import same_buffer, scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import EPOCH, Memo, site_put
+from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -135,12 +135,9 @@ def opTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDe
     """C = op(alpha1*A, alpha2*B) + beta*C (002 §3.2.68).  The descriptor checks run once per
     combination of settings (``_memo``)."""
     sk = (handle, opTensorDesc, aDesc, bDesc, cDesc)
-    try:
-        s = _OP_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, od, ad, bd, cd, m = s[1]
+    s = site_get(_OP_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, od, ad, bd, cd, m = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)

@@ -25,7 +25,7 @@ from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import POINTER_MIN, scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import EPOCH, Memo, site_put
+from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -215,12 +215,9 @@ def poolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y) -> None
     """y = alpha*pool(x) + beta*y (002 §3.2.69).  BAD_PARAM: n, c or data type of x and y differ.
     The descriptor checks run once per combination of settings (``_memo``)."""
     sk = (handle, poolingDesc, xDesc, yDesc)
-    try:
-        s = _FWD_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, pd, xd, yd, m = s[1]
+    s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, pd, xd, yd, m = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)
@@ -257,12 +254,9 @@ def poolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, 
     """dx = alpha*pool'(dy) + beta*dx (002 §4.1.18).  BAD_PARAM: y/dy or x/dx dims or strides
     differ, data types of the four differ; NOT_SUPPORTED: non-unit innermost stride."""
     sk = (handle, poolingDesc, yDesc, dyDesc, xDesc, dxDesc)
-    try:
-        s = _BWD_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, pd, yd, dyd, xd, dxd, m = s[1]
+    s = site_get(_BWD_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, pd, yd, dyd, xd, dxd, m = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)

@@ -25,7 +25,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_s
 from ._call import ALPHA, BETA, blend, cached_plan, plan_for, run
 from ._data import scalar
 from ._descriptor import Descriptor, resolve
-from ._memo import EPOCH, Memo, site_put
+from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
@@ -198,12 +198,9 @@ def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspac
     """C = alpha * reduce_op(A) + beta * C over the dims where C is 1 (002 §3.2.71).  The
     descriptor checks run once per combination of settings (``_memo``)."""
     sk = (handle, reduceTensorDesc, aDesc, cDesc)
-    try:
-        s = _REDUCE_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, rd, ad, cd, m = s[1]
+    s = site_get(_REDUCE_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, rd, ad, cd, m = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import same_buffer, scalar
-from ._memo import EPOCH, Memo, site_put
+from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import legacy
 from .activation import require_dtype, require_spatial_packed
 from .enums import ENUMS, is_valid
@@ -57,12 +57,9 @@ def softmaxForward(handle, algorithm, mode, alpha, xDesc, x, beta, yDesc, y) -> 
     """y = alpha*softmax(x) + beta*y (002 §3.2.96).  BAD_PARAM: x/y dims or data type differ,
     invalid algorithm or mode.  The descriptor checks run once per combination (``_memo``)."""
     sk = (handle, algorithm, mode, xDesc, yDesc)
-    try:
-        s = _FWD_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, xd, yd, m = s[1]
+    s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, xd, yd, m = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)
@@ -101,12 +98,9 @@ def softmaxBackward(handle, algorithm, mode, alpha, yDesc, y, dyDesc, dy, beta, 
     y/dy strides differ; data types differ; in-place (dy == dx) with different strides;
     invalid algorithm or mode."""
     sk = (handle, algorithm, mode, yDesc, dyDesc, dxDesc)
-    try:
-        s = _BWD_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, yd, dyd, dxd, m = s[1]
+    s = site_get(_BWD_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, yd, dyd, dxd, m = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor
 from ._call import ALPHA, BETA, blend, compute_dtype, run
 from ._data import same_buffer, scalar
-from ._memo import EPOCH, Memo, site_put
+from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import CUPY_NAMES, legacy
 from .errors import check, not_supported
 from .handle import get_handle
@@ -23,12 +23,9 @@ def addTensor(handle, alpha, aDesc, A_data, beta, cDesc, C_data) -> None:
     """C = alpha*A + beta*C, A broadcast over dims where it is 1 (002 §3.2.2).  The descriptor
     checks run once per combination of settings (``_memo``)."""
     sk = (handle, aDesc, cDesc)
-    try:
-        s = _ADD_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    if s is not None and s[0] is EPOCH[0]:  # same arguments, no descriptor changed since (_memo "Call sites")
-        h, ad, cd, m = s[1]
+    s = site_get(_ADD_SITES, sk)  # same arguments, no descriptor changed since
+    if s is not None:
+        h, ad, cd, m = s
     else:
         stamp = EPOCH[0]
         h = get_handle(handle)
