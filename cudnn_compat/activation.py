@@ -39,6 +39,7 @@ from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import not_library_object, same_buffer, scalar
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
@@ -123,16 +124,7 @@ def backward_attrs(desc, y_dtype: "str | None" = None) -> tuple:
 
 # -- descriptor functions -------------------------------------------------------------
 
-@legacy("cudnnCreateActivationDescriptor")
-def createActivationDescriptor() -> ActivationDescriptor:
-    """Allocate an activation descriptor (002 §3.2.6)."""
-    return ActivationDescriptor()
-
-
-@legacy("cudnnDestroyActivationDescriptor")
-def destroyActivationDescriptor(activationDesc) -> None:
-    """Free an activation descriptor (002 §3.2.21)."""
-    resolve(activationDesc, ActivationDescriptor, "activationDesc", need_set=False).destroy()
+createActivationDescriptor, destroyActivationDescriptor = pair(ActivationDescriptor, __name__)
 
 
 @legacy("cudnnSetActivationDescriptor")

@@ -24,6 +24,7 @@ import zlib
 import numpy as np
 
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._registry import legacy
 from .errors import STATUS, bad_param, check, not_supported
 from .handle import COMPAT_VERSION, get_handle
@@ -71,10 +72,7 @@ def _algorithm(value, argname="algorithm") -> int:
 
 # -- algorithm descriptor ------------------------------------------------------------
 
-@legacy("cudnnCreateAlgorithmDescriptor")
-def createAlgorithmDescriptor() -> AlgorithmDescriptor:
-    """Allocate an algorithm descriptor (002 §3.2.7, deprecated)."""
-    return AlgorithmDescriptor()
+createAlgorithmDescriptor, destroyAlgorithmDescriptor = pair(AlgorithmDescriptor, __name__)
 
 
 @legacy("cudnnSetAlgorithmDescriptor")
@@ -98,12 +96,6 @@ def copyAlgorithmDescriptor(src, dest) -> None:
     d = algorithm_desc(dest, "dest", need_set=False)
     d.algorithm = s.algorithm
     d.touched()
-
-
-@legacy("cudnnDestroyAlgorithmDescriptor")
-def destroyAlgorithmDescriptor(algorithmDesc) -> None:
-    """Free an algorithm descriptor (002 §3.2.22, deprecated)."""
-    algorithm_desc(algorithmDesc, "algorithmDesc", need_set=False).destroy()
 
 
 # -- algorithm performance -----------------------------------------------------------

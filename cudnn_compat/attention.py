@@ -45,6 +45,7 @@ from . import _bound_graph as bg
 from ._call import compute_dtype
 from ._data import preflight
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._registry import legacy
 from .ctc import host_ints, on_place
 from .dropout import DropoutDescriptor
@@ -157,30 +158,8 @@ def seq_desc(arg, argname: str) -> SeqDataDescriptor:
     return resolve(arg, SeqDataDescriptor, argname)
 
 
-@legacy("cudnnCreateAttnDescriptor")
-def createAttnDescriptor() -> AttnDescriptor:
-    """Allocate a multi-head attention descriptor (002 §7.2.3)."""
-    return AttnDescriptor()
-
-
-@legacy("cudnnDestroyAttnDescriptor")
-def destroyAttnDescriptor(attnDesc) -> None:
-    """NULL is a no-op (002 §7.2.8)."""
-    if not bg.is_null(attnDesc):
-        resolve(attnDesc, AttnDescriptor, "attnDesc", need_set=False).destroy()
-
-
-@legacy("cudnnCreateSeqDataDescriptor")
-def createSeqDataDescriptor() -> SeqDataDescriptor:
-    """Allocate a sequence data descriptor (002 §7.2.7)."""
-    return SeqDataDescriptor()
-
-
-@legacy("cudnnDestroySeqDataDescriptor")
-def destroySeqDataDescriptor(seqDataDesc) -> None:
-    """NULL is a no-op (002 §7.2.12)."""
-    if not bg.is_null(seqDataDesc):
-        resolve(seqDataDesc, SeqDataDescriptor, "seqDataDesc", need_set=False).destroy()
+createAttnDescriptor, destroyAttnDescriptor = pair(AttnDescriptor, __name__)
+createSeqDataDescriptor, destroySeqDataDescriptor = pair(SeqDataDescriptor, __name__)
 
 
 @legacy("cudnnSetSeqDataDescriptor")

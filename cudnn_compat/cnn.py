@@ -28,6 +28,7 @@ from ._conv_algos import (CuDNNAlgoPerf, INT8_CONFIGS, Layout, MIXED_DTYPES, NON
                           Problem, TABLES, TENSOR_OP, config_of, unsupported, zero_workspace_algo)
 from ._data import POINTER_MIN, extent_bytes, scalar
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
@@ -121,16 +122,7 @@ def _check_geometry(pad, stride, dilation, mode, computeType, names=("padA", "fi
     check(is_valid("cudnnDataType_t", computeType), "computeType", f"{computeType!r} is not a cudnnDataType_t")
 
 
-@legacy("cudnnCreateConvolutionDescriptor")
-def createConvolutionDescriptor() -> ConvolutionDescriptor:
-    """Allocate a convolution descriptor (002 §5.2.11)."""
-    return ConvolutionDescriptor()
-
-
-@legacy("cudnnDestroyConvolutionDescriptor")
-def destroyConvolutionDescriptor(convDesc) -> None:
-    """Free a convolution descriptor (002 §5.2.12)."""
-    conv_desc(convDesc, need_set=False).destroy()
+createConvolutionDescriptor, destroyConvolutionDescriptor = pair(ConvolutionDescriptor, __name__)
 
 
 @legacy("cudnnSetConvolution2dDescriptor")

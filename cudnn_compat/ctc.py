@@ -34,6 +34,7 @@ from cudnn_compat._backend import dtypes
 from . import _bound_graph as bg
 from ._data import POINTER_MIN, extent_bytes, library_object, preflight, raw_address, read_host
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -122,16 +123,7 @@ def ctc_desc(arg, argname: str = "ctcLossDesc") -> CTCLossDescriptor:
     return resolve(arg, CTCLossDescriptor, argname)
 
 
-@legacy("cudnnCreateCTCLossDescriptor")
-def createCTCLossDescriptor() -> CTCLossDescriptor:
-    """Allocate a CTC loss descriptor (002 §8.2.2)."""
-    return CTCLossDescriptor()
-
-
-@legacy("cudnnDestroyCTCLossDescriptor")
-def destroyCTCLossDescriptor(ctcLossDesc) -> None:
-    """Free a CTC loss descriptor (002 §8.2.5)."""
-    resolve(ctcLossDesc, CTCLossDescriptor, "ctcLossDesc", need_set=False).destroy()
+createCTCLossDescriptor, destroyCTCLossDescriptor = pair(CTCLossDescriptor, __name__)
 
 
 def _set(ctcLossDesc, compType, normMode, gradMode, maxLabelLength, v8: bool) -> None:

@@ -26,6 +26,7 @@ from cudnn_compat._backend.ir import Tensor, packed_strides
 from . import _bound_graph as bg
 from ._call import run
 from ._data import _CUPY_NDARRAY, preflight
+from ._lifecycle import pair
 from ._memo import Memo
 from ._descriptor import Descriptor, resolve
 from ._registry import CUPY_NAMES, legacy
@@ -84,16 +85,7 @@ def _check_states_size(states, stateSizeInBytes):
     return states
 
 
-@legacy("cudnnCreateDropoutDescriptor")
-def createDropoutDescriptor() -> DropoutDescriptor:
-    """Allocate a dropout descriptor (002 §3.2.9)."""
-    return DropoutDescriptor()
-
-
-@legacy("cudnnDestroyDropoutDescriptor")
-def destroyDropoutDescriptor(dropoutDesc) -> None:
-    """Free a dropout descriptor (002 §3.2.24)."""
-    resolve(dropoutDesc, DropoutDescriptor, "dropoutDesc", need_set=False).destroy()
+createDropoutDescriptor, destroyDropoutDescriptor = pair(DropoutDescriptor, __name__)
 
 
 @legacy("cudnnDropoutGetStatesSize")

@@ -24,6 +24,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, virtual
 from ._call import ALPHA, BETA, blend, blended, compute_dtype, run
 from ._data import same_buffer, scalar
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._memo import EPOCH, Memo, arrays, site_get, site_put
 from ._registry import legacy
 from .activation import require_dtype
@@ -73,16 +74,7 @@ def lrn_desc(arg, argname: str = "normDesc") -> LRNDescriptor:
     return d
 
 
-@legacy("cudnnCreateLRNDescriptor")
-def createLRNDescriptor() -> LRNDescriptor:
-    """A descriptor holding the defaults N=5, alpha=1e-4, beta=0.75, K=2.0."""
-    return LRNDescriptor()
-
-
-@legacy("cudnnDestroyLRNDescriptor")
-def destroyLRNDescriptor(lrnDesc) -> None:
-    """Free an LRN descriptor (002 §3.2.26)."""
-    resolve(lrnDesc, LRNDescriptor, "lrnDesc", need_set=False).destroy()
+createLRNDescriptor, destroyLRNDescriptor = pair(LRNDescriptor, __name__)
 
 
 @legacy("cudnnSetLRNDescriptor")

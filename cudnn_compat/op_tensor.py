@@ -21,6 +21,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, scalar as scalar
 from ._call import ALPHA, BETA, blend, run
 from ._data import same_buffer, scalar
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import legacy
 from .enums import ENUMS, is_valid, name_of
@@ -76,10 +77,7 @@ def op_tensor_desc(arg, argname: str = "opTensorDesc") -> OpTensorDescriptor:
     return resolve(arg, OpTensorDescriptor, argname)
 
 
-@legacy("cudnnCreateOpTensorDescriptor")
-def createOpTensorDescriptor() -> OpTensorDescriptor:
-    """002 §3.2.12."""
-    return OpTensorDescriptor()
+createOpTensorDescriptor, destroyOpTensorDescriptor = pair(OpTensorDescriptor, __name__)
 
 
 @legacy("cudnnSetOpTensorDescriptor")
@@ -99,12 +97,6 @@ def getOpTensorDescriptor(opTensorDesc) -> tuple:
     """002 §3.2.49: (opTensorOp, opTensorCompType, opTensorNanOpt)."""
     d = op_tensor_desc(opTensorDesc)
     return d.op, d.compType, d.nanOpt
-
-
-@legacy("cudnnDestroyOpTensorDescriptor")
-def destroyOpTensorDescriptor(opTensorDesc) -> None:
-    """Free an op-tensor descriptor (002 §3.2.27)."""
-    resolve(opTensorDesc, OpTensorDescriptor, "opTensorDesc", need_set=False).destroy()
 
 
 def _check_shapes(ad, bd, cd):

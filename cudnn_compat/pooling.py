@@ -25,6 +25,7 @@ from cudnn_compat._backend.ir import OperationGraph
 from ._call import ALPHA, BETA, blended, run
 from ._data import POINTER_MIN, scalar
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
@@ -101,16 +102,7 @@ def _check_positive(vals, argname):
 
 # -- descriptor ----------------------------------------------------------------------
 
-@legacy("cudnnCreatePoolingDescriptor")
-def createPoolingDescriptor() -> PoolingDescriptor:
-    """Allocate a pooling descriptor (002 §3.2.13)."""
-    return PoolingDescriptor()
-
-
-@legacy("cudnnDestroyPoolingDescriptor")
-def destroyPoolingDescriptor(poolingDesc) -> None:
-    """Free a pooling descriptor (002 §3.2.28)."""
-    resolve(poolingDesc, PoolingDescriptor, "poolingDesc", need_set=False).destroy()
+createPoolingDescriptor, destroyPoolingDescriptor = pair(PoolingDescriptor, __name__)
 
 
 @legacy("cudnnSetPooling2dDescriptor")

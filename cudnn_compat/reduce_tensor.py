@@ -25,6 +25,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_s
 from ._call import ALPHA, BETA, blend, cached_plan, plan_for, run
 from ._data import scalar
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._memo import EPOCH, Memo, site_get, site_put
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
@@ -74,10 +75,7 @@ def reduce_desc(arg, argname: str = "reduceTensorDesc") -> ReduceTensorDescripto
     return resolve(arg, ReduceTensorDescriptor, argname)
 
 
-@legacy("cudnnCreateReduceTensorDescriptor")
-def createReduceTensorDescriptor() -> ReduceTensorDescriptor:
-    """002 §3.2.14."""
-    return ReduceTensorDescriptor()
+createReduceTensorDescriptor, destroyReduceTensorDescriptor = pair(ReduceTensorDescriptor, __name__)
 
 
 @legacy("cudnnSetReduceTensorDescriptor")
@@ -103,12 +101,6 @@ def getReduceTensorDescriptor(reduceTensorDesc) -> tuple:
     reduceTensorIndicesType)."""
     d = reduce_desc(reduceTensorDesc)
     return d.op, d.compType, d.nanOpt, d.indices, d.indicesType
-
-
-@legacy("cudnnDestroyReduceTensorDescriptor")
-def destroyReduceTensorDescriptor(reduceTensorDesc) -> None:
-    """Free a reduce-tensor descriptor (002 §3.2.29)."""
-    resolve(reduceTensorDesc, ReduceTensorDescriptor, "reduceTensorDesc", need_set=False).destroy()
 
 
 # -- shared by the queries and the reduction --------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _data
 from ._descriptor import Descriptor, optional, resolve
+from ._lifecycle import pair
 from ._registry import legacy
 from .dropout import DropoutDescriptor
 from .enums import ENUMS, is_valid, name_of
@@ -146,16 +147,7 @@ def _check_math_prec(dataType, mathPrec, argname="mathPrec"):
           f"{name_of('cudnnDataType_t', dataType)} data (allowed: {', '.join(name_of('cudnnDataType_t', a) for a in allowed)})")
 
 
-@legacy("cudnnCreateRNNDescriptor")
-def createRNNDescriptor() -> RNNDescriptor:
-    """Allocate an RNN descriptor (002 §7.2.6)."""
-    return RNNDescriptor()
-
-
-@legacy("cudnnDestroyRNNDescriptor")
-def destroyRNNDescriptor(rnnDesc) -> None:
-    """Free an RNN descriptor (002 §7.2.11)."""
-    rnn_desc(rnnDesc, need_set=False).destroy()
+createRNNDescriptor, destroyRNNDescriptor = pair(RNNDescriptor, __name__)
 
 
 @legacy("cudnnSetRNNDescriptor_v8")
@@ -408,16 +400,7 @@ def buildRNNDynamic(handle, rnnDesc, miniBatch) -> None:
 
 # -- RNN data descriptors ----------------------------------------------------------------------
 
-@legacy("cudnnCreateRNNDataDescriptor")
-def createRNNDataDescriptor() -> RNNDataDescriptor:
-    """Allocate an RNN data descriptor (002 §7.2.5)."""
-    return RNNDataDescriptor()
-
-
-@legacy("cudnnDestroyRNNDataDescriptor")
-def destroyRNNDataDescriptor(RNNDataDesc) -> None:
-    """Free an RNN data descriptor (002 §7.2.10)."""
-    resolve(RNNDataDesc, RNNDataDescriptor, "RNNDataDesc", need_set=False).destroy()
+createRNNDataDescriptor, destroyRNNDataDescriptor = pair(RNNDataDescriptor, __name__)
 
 
 def _int_array(arr, n, argname):

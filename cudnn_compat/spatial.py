@@ -31,6 +31,7 @@ from . import _bound_graph as bg
 from ._call import compute_dtype
 from ._data import scalar
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._registry import CUPY_NAMES, legacy
 from .ctc import on_place
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
@@ -69,16 +70,7 @@ def st_desc(arg, argname: str = "stDesc") -> SpatialTransformerDescriptor:
     return d
 
 
-@legacy("cudnnCreateSpatialTransformerDescriptor")
-def createSpatialTransformerDescriptor() -> SpatialTransformerDescriptor:
-    """Allocate a spatial transformer descriptor (002 §3.2.15)."""
-    return SpatialTransformerDescriptor()
-
-
-@legacy("cudnnDestroySpatialTransformerDescriptor")
-def destroySpatialTransformerDescriptor(stDesc) -> None:
-    """Free a spatial transformer descriptor (002 §3.2.30)."""
-    resolve(stDesc, SpatialTransformerDescriptor, "stDesc", need_set=False).destroy()
+createSpatialTransformerDescriptor, destroySpatialTransformerDescriptor = pair(SpatialTransformerDescriptor, __name__)
 
 
 @legacy("cudnnSetSpatialTransformerNdDescriptor")

@@ -12,6 +12,7 @@ import numbers
 
 from cudnn_compat._backend.ir import Tensor
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -144,16 +145,7 @@ def filter_desc(arg, argname: str) -> FilterDescriptor:
 
 # -- tensor descriptors ---------------------------------------------------------------
 
-@legacy("cudnnCreateTensorDescriptor")
-def createTensorDescriptor() -> TensorDescriptor:
-    """Allocate a tensor descriptor, not yet set (002 §3.2.16)."""
-    return TensorDescriptor()
-
-
-@legacy("cudnnDestroyTensorDescriptor")
-def destroyTensorDescriptor(tensorDesc) -> None:
-    """Free a tensor descriptor (002 §3.2.31)."""
-    tensor_desc(tensorDesc, "tensorDesc", need_set=False).destroy()
+createTensorDescriptor, destroyTensorDescriptor = pair(TensorDescriptor, __name__)
 
 
 @legacy("cudnnSetTensor4dDescriptor")
@@ -241,16 +233,7 @@ def getTensorSizeInBytes(tensorDesc) -> int:
 
 # -- filter descriptors ---------------------------------------------------------------
 
-@legacy("cudnnCreateFilterDescriptor")
-def createFilterDescriptor() -> FilterDescriptor:
-    """Allocate a filter descriptor (002 §3.2.10)."""
-    return FilterDescriptor()
-
-
-@legacy("cudnnDestroyFilterDescriptor")
-def destroyFilterDescriptor(filterDesc) -> None:
-    """Free a filter descriptor (002 §3.2.25)."""
-    resolve(filterDesc, FilterDescriptor, "filterDesc", need_set=False).destroy()
+createFilterDescriptor, destroyFilterDescriptor = pair(FilterDescriptor, __name__)
 
 
 @legacy("cudnnSetFilter4dDescriptor")

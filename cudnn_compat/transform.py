@@ -44,6 +44,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, virtual
 from ._call import ALPHA, BETA, blend, compute_dtype, run
 from ._data import POINTER_MIN, bind, extent_bytes, same_buffer, scalar
 from ._descriptor import Descriptor, resolve
+from ._lifecycle import pair
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -111,16 +112,7 @@ def _ints(values, n: int, argname: str, default: int, lo=None) -> tuple:
 
 # -- descriptor ----------------------------------------------------------------------
 
-@legacy("cudnnCreateTensorTransformDescriptor")
-def createTensorTransformDescriptor() -> TensorTransformDescriptor:
-    """Allocate a tensor transform (fold, pad, format) descriptor (002 §3.2.17)."""
-    return TensorTransformDescriptor()
-
-
-@legacy("cudnnDestroyTensorTransformDescriptor")
-def destroyTensorTransformDescriptor(transformDesc) -> None:
-    """Free a tensor-transform descriptor (002 §3.2.32)."""
-    resolve(transformDesc, TensorTransformDescriptor, "transformDesc", need_set=False).destroy()
+createTensorTransformDescriptor, destroyTensorTransformDescriptor = pair(TensorTransformDescriptor, __name__)
 
 
 @legacy("cudnnSetTensorTransformDescriptor")
