@@ -2,15 +2,21 @@
 
 ``VARIABLES`` declares each ``CUDNN_COMPAT_*`` variable (name, default, parser, doc), plus the
 variables of the test suite and the external ones the library honours but does not own
-(read-only here: shown by ``cudnn-compat doctor``, read where they are used).  Code reads a
+(read through ``get`` like ours; shown by ``cudnn-compat doctor``).  Code reads a
 setting with ``get(name)``: the parsed value, or the default when the variable is unset, empty
 or not understood.  A value that is not understood never raises: it warns once
 (``ConfigWarning``, through the ``warnings`` module) naming the variable, the value, the rule
 and the default used instead, so ``import cudnn_compat`` and ``cudnn-compat doctor`` always run.
 
-Values are read from ``os.environ`` at each ``get`` (the variable may change at run time:
-``monkeypatch.setenv``, ``cudnn-compat replay --engine``) but parsed and validated once per
-distinct value; an unchanged variable costs two dict lookups.  ``report()`` is what the doctor
+This is the only module that reads the process environment (``tests/test_config_only_reader.py``
+walks the package and fails on any other reader); the external variables are read here too,
+with ``get`` like ours.  Values are read from the environment at each ``get`` (the variable may
+change at run time: ``monkeypatch.setenv``) but parsed and validated once per distinct value; an
+unchanged variable costs two dict lookups.  ``override(name, value)`` is a scoped stand-in for
+setting the variable (``cudnn-compat replay --engine``): ``get``, ``getter``, ``setting`` and
+``unset_fast`` honour it, the environment is not touched.  ``unset_fast(*names)`` is the per-call
+test of the hot paths (planner, call lanes, launch records): True while none of the names is set
+or overridden, so their defaults apply without a ``get``.  ``report()`` is what the doctor
 prints: every variable, its raw value, the value used and whether it was understood.
 ``reload()`` forgets the parsed values and the warnings given (tests).
 
@@ -18,6 +24,7 @@ This module is part of ``_backend`` and imports nothing from ``cudnn_compat``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -207,6 +214,10 @@ if not (isinstance(_ENV, dict) and _ENCODE and _DECODE):  # pragma: no cover - n
     _ENV = None
 _KEYS = {v.name: _ENCODE(v.name) for v in VARIABLES} if _ENV is not None else {}
 _cache: dict = {}  # name -> (raw as stored in os.environ, Setting)
+_overrides: dict = {}  # name -> raw value in force (None: as if unset) while an override() of it is active
+_layers: dict = {}  # name -> [(token, raw)] of the active overrides, the last in force
+_ocache: dict = {}  # (name, raw) -> Setting of an overridden value
+_NONE = object()
 _warned: set = set()
 _lock = threading.Lock()
 
@@ -243,8 +254,25 @@ def _parse(var: Variable, stored) -> Setting:
     return setting
 
 
+def _overridden(name: str):
+    """The ``Setting`` of ``name`` under an active ``override``, or None when it has none."""
+    raw = _overrides.get(name, _NONE)
+    if raw is _NONE:
+        return None
+    key = (name, raw)
+    s = _ocache.get(key)
+    if s is None:
+        s = _ocache[key] = _parse(TABLE[name], raw)
+    return s
+
+
 def setting(name: str) -> Setting:
-    """The ``Setting`` of ``name`` (a name of VARIABLES) as the environment holds it now."""
+    """The ``Setting`` of ``name`` (a name of VARIABLES) as the environment holds it now (or as an
+    active ``override`` sets it)."""
+    if _overrides:
+        s = _overridden(name)
+        if s is not None:
+            return s
     stored = _raw_now(name)
     hit = _cache.get(name)
     if hit is not None and hit[0] is stored:
@@ -256,6 +284,8 @@ def setting(name: str) -> Setting:
 
 def get(name: str):
     """The value of ``name`` to use: parsed, or the default when unset, empty or not understood."""
+    if _overrides:
+        return setting(name).value
     stored = _ENV.get(_KEYS[name]) if _ENV is not None else os.environ.get(name)
     hit = _cache.get(name)
     if hit is not None and hit[0] is stored:
@@ -267,16 +297,70 @@ def getter(name: str) -> Callable[[], Any]:
     """``get(name)`` as a closure with the lookups bound (for per-call paths)."""
     if _ENV is None:  # pragma: no cover - not POSIX
         return lambda: get(name)
-    env, key, cache = _ENV, _KEYS[name], _cache
+    env, key, cache, ov = _ENV, _KEYS[name], _cache, _overrides
     TABLE[name]  # noqa: B018 - KeyError for an undeclared name, now rather than at the first call
 
     def read():
+        if ov:
+            return setting(name).value
         stored = env.get(key)
         hit = cache.get(name)
         if hit is not None and hit[0] is stored:
             return hit[1].value
         return setting(name).value
     return read
+
+
+@contextlib.contextmanager
+def override(name: str, value: "str | None"):
+    """Within the block, read ``name`` as if the environment held ``value`` (a string, parsed and
+    validated like the environment's; None: as if unset), without touching the environment.
+    Process-wide, as the environment is.  Blocks nest and may overlap across threads: each one's
+    exit removes its own value, and the latest value still active is in force."""
+    TABLE[name]  # noqa: B018 - KeyError for an undeclared name
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"override({name!r}, ...): the value must be a string or None, got {type(value).__name__}")
+    token = object()
+    with _lock:
+        _layers.setdefault(name, []).append((token, value))
+        _overrides[name] = value
+    try:
+        yield
+    finally:
+        with _lock:
+            stack = [e for e in _layers.get(name, ()) if e[0] is not token]
+            if stack:
+                _layers[name] = stack
+                _overrides[name] = stack[-1][1]
+            else:
+                _layers.pop(name, None)
+                _overrides.pop(name, None)
+
+
+def unset_fast(*names: str) -> Callable[[], bool]:
+    """A test for per-call paths: ``test()`` is True while none of ``names`` is in the environment
+    and no ``override`` is active, i.e. each of them has its default and the caller may skip
+    ``get``; False says nothing (read with ``get``).  One dict lookup per name (os.environ's own
+    dict on POSIX); not POSIX: always False."""
+    for n in names:
+        TABLE[n]  # noqa: B018 - KeyError for an undeclared name, now rather than at the first call
+    if _ENV is None:  # pragma: no cover - not POSIX
+        return lambda: False
+    lookup, ov, keys = _ENV.get, _overrides, tuple(_KEYS[n] for n in names)
+    if len(keys) == 1:
+        k1, = keys
+
+        def test():
+            return lookup(k1) is None and not ov
+    elif len(keys) == 2:
+        k1, k2 = keys
+
+        def test():
+            return lookup(k1) is None and lookup(k2) is None and not ov
+    else:
+        def test():
+            return not ov and all(lookup(k) is None for k in keys)
+    return test
 
 
 def report(scopes=(LIBRARY, TESTS, EXTERNAL)) -> list:
@@ -293,4 +377,5 @@ def reload() -> None:
     """Forget parsed values and the warnings already given (tests)."""
     with _lock:
         _cache.clear()
+        _ocache.clear()
         _warned.clear()

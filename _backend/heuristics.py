@@ -3,7 +3,9 @@ CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR with CUDNN_HEUR_MODE_INSTANT / B / FALLBACK)
 
 Mode A is rule based and instant: on the GPU place the native cuDNN engine first,
 then the generated-kernel CuPy engine, then the reference engine; on the CPU place
-the reference engine.  Mode B asks each engine for all its configs (more of them,
+the reference engine.  That order is not written here: each engine registers itself
+with a priority per place (``REGISTRY.register(engine, priority={...})``) and ``ORDER``
+is the registry's order (place -> engine names, highest priority first; tests patch it).  Mode B asks each engine for all its configs (more of them,
 for autotuning by Find*).  FALLBACK keeps only configs noted FALLBACK (functional,
 always able to run).  ``CUDNN_COMPAT_ENGINE`` forces one engine.
 """
@@ -13,7 +15,7 @@ from . import config as _config
 from .engines.base import REGISTRY
 
 MODES = ("A", "B", "FALLBACK")
-ORDER = {"gpu": ("cudnn", "cupy", "reference"), "cpu": ("reference",)}
+ORDER = REGISTRY.order  # the same dict: {"gpu": ("cudnn", "cupy", "reference"), "cpu": ("reference",)}
 
 
 def forced_engine() -> "str | None":

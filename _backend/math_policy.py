@@ -24,15 +24,18 @@ recurrence alike.  docs/conventions.md "Math policy" has the measured errors.
 """
 from __future__ import annotations
 
-import os
+from . import config as _config
 
 MATH_TYPES = ("DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION", "FMA_MATH")
 OVERRIDE_VAR = "NVIDIA_TF32_OVERRIDE"
 
 
+_override = _config.getter(OVERRIDE_VAR)
+
+
 def tf32_disabled() -> bool:
-    """NVIDIA_TF32_OVERRIDE=0 is set (read at each call: cheap, and tests may change it)."""
-    return os.environ.get(OVERRIDE_VAR, "").strip() == "0"
+    """NVIDIA_TF32_OVERRIDE=0 is set (read through ``config`` at each call: cheap, and tests may change it)."""
+    return _override() == "0"
 
 
 def allow_tf32(data_type: str, math_type: "str | None", compute_capability: "int | None" = None) -> bool:

@@ -162,13 +162,11 @@ def _log_plan(graph, plan):
         log.info("\n".join(lines))
 
 
-# CUDNN_COMPAT_ENGINE through config (two dict lookups per call while it is unchanged); while the
-# variable is absent from the environment (config's own view of it, os.environ's dict) the getter is
-# not called at all: one dict lookup per call
+# CUDNN_COMPAT_ENGINE through config (two dict lookups per call while it is unchanged); while neither
+# it nor CUDNN_COMPAT_CPU_FALLBACK is set or overridden (config.unset_fast: a dict lookup each) the
+# getters are not called at all
 _forced_setting = _config.getter("CUDNN_COMPAT_ENGINE")
-_ENV_DICT = getattr(_config, "_ENV", None)
-_ENGINE_KEY = getattr(_config, "_KEYS", {}).get("CUDNN_COMPAT_ENGINE")
-_FALLBACK_KEY = getattr(_config, "_KEYS", {}).get("CUDNN_COMPAT_CPU_FALLBACK")
+DEFAULTS_APPLY = _config.unset_fast("CUDNN_COMPAT_ENGINE", "CUDNN_COMPAT_CPU_FALLBACK")
 
 
 def get_plan(key, build_graph, place: str, mode: str = "A"):
@@ -176,8 +174,7 @@ def get_plan(key, build_graph, place: str, mode: str = "A"):
     (``CUDNN_COMPAT_ENGINE``) is part of the key, so changing it never reuses another engine's plan.
     So is ``CUDNN_COMPAT_CPU_FALLBACK=0``: a CPU-fallback plan cached while it was allowed is not
     reused once it is forbidden.  A hit is ``PlanCache.get`` inlined (the same lock-free steps)."""
-    if _ENV_DICT is None or _ENGINE_KEY is None or _ENV_DICT.get(_ENGINE_KEY) is not None \
-            or _ENV_DICT.get(_FALLBACK_KEY) is not None:
+    if not DEFAULTS_APPLY():
         if _forced_setting() is not None:
             forced = forced_engine()
             if forced:

@@ -131,8 +131,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
     lane = _LANES.get(id(key))
     if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
-            and "_retired" not in lane[6] and _ENV_DICT.get(_ENGINE_KEY) is None \
-            and _ENV_DICT.get(_FALLBACK_KEY) is None:
+            and "_retired" not in lane[6] and _DEFAULTS():
         # the cached lane (issue 14 item 3): the plan this key object got last time, still cached, and
         # its generated binder (_fastbind) with every buffer check of the loop below; for launch records
         # the binder launches too.  None/False from it: the general path below binds (and raises).
@@ -234,10 +233,7 @@ LANES_MAX = 1024
 # a tenth of a lane call.  A plan in use stays among the recently used unless over CUDNN_COMPAT_PLAN_
 # CACHE_SIZE other signatures are planned between two of its moves.
 LANE_LRU_EVERY = 7
-_ENV_DICT = planner._ENV_DICT if planner._ENV_DICT is not None else {None: True}  # not POSIX: no lanes
-_ENGINE_KEY, _FALLBACK_KEY = planner._ENGINE_KEY, planner._FALLBACK_KEY
-if _ENGINE_KEY is None or _FALLBACK_KEY is None:  # pragma: no cover - not POSIX
-    _ENV_DICT, _ENGINE_KEY = {None: True}, None
+_DEFAULTS = planner.DEFAULTS_APPLY  # config.unset_fast: no forced engine, fallback on, no override
 
 
 def _add_lane(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None:
@@ -247,8 +243,7 @@ def _add_lane(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None
     if d.get("lane_key") is not key_obj:
         d["lane_key"] = key_obj  # the first sighting: a key made per call never comes again
         return
-    if _ENV_DICT.get(_ENGINE_KEY) is not None or _ENV_DICT.get(_FALLBACK_KEY) is not None \
-            or CACHE._d.get(full_key) is not plan:
+    if not _DEFAULTS() or CACHE._d.get(full_key) is not plan:
         return
     fn = _fastbind.lane(plan)  # launch records: bind and launch
     record = fn is not None
@@ -276,8 +271,7 @@ def cached_plan(handle, key: tuple, build):
     not counted as a plan-cache hit: the call that runs it next counts one)."""
     lane = _LANES.get(id(key))
     if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
-            and "_retired" not in lane[6] and _ENV_DICT.get(_ENGINE_KEY) is None \
-            and _ENV_DICT.get(_FALLBACK_KEY) is None:
+            and "_retired" not in lane[6] and _DEFAULTS():
         return lane[3]
     return plan_for(handle, key, build)
 

@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from cudnn_compat._backend import config as _config
 from ._descriptor import resolve
 from ._registry import legacy
 from .enums import ENUMS, is_valid
@@ -86,7 +87,7 @@ def _debug(record: logging.LogRecord) -> CudnnDebug:
 
 def _default_sink(sev, udata, dbg, msg) -> None:
     """The built-in callback: CUDNN_LOGDEST_DBG = stdout | stderr | a file name; unset = silent."""
-    dest = os.environ.get("CUDNN_LOGDEST_DBG", "")
+    dest = _config.get("CUDNN_LOGDEST_DBG")
     if not dest:
         return
     name = {FATAL: "FATAL", ERROR: "ERROR", WARNING: "WARNING", INFO: "INFO"}[sev]

@@ -7,7 +7,8 @@
 or failed: its arguments are rebuilt (descriptors from their recorded settings, arrays and pointer
 extents from the side ``.npz``, host scalars from their recorded bytes) and the function is called
 again on the chosen engine: ``reference`` on a CPU handle, ``cupy``/``cudnn`` forced
-(``CUDNN_COMPAT_ENGINE``) on a GPU handle, ``default`` with the recording's place and heuristics,
+(``CUDNN_COMPAT_ENGINE`` through ``config.override``; the environment is not touched) on a GPU
+handle (any engine registered with a priority: on a CPU handle when it runs there), ``default`` with the recording's place and heuristics,
 ``legacy`` the real legacy libcudnn function through ``_backend/legacy_cudnn`` (``LEGACY_FUNCTIONS``).
 Each output is compared with the recorded one: max absolute and relative error and ULP distance in
 the output's data type.  A call fails when an element misses |got - want| <= atol*max(1, max|want|)
@@ -20,7 +21,6 @@ replayed (no tensors), else 0.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import importlib
 import json
@@ -29,12 +29,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cudnn_compat._backend import config as _config
 from cudnn_compat._backend import dtypes as _dtypes
+from cudnn_compat._backend.engines.base import REGISTRY
 from . import _call
 from ._descriptor import Descriptor
 from .errors import CuDNNError
 
-ENGINES = ("reference", "cupy", "cudnn", "legacy", "default")
+SPECIAL = ("legacy", "default")  # the real libcudnn function; the recording's place and heuristics
+
+
+def engines() -> tuple:
+    """What ``--engine`` takes: every engine registered with a priority (most general first), then
+    ``legacy`` and ``default``."""
+    return REGISTRY.names() + SPECIAL
+
+
+ENGINES = engines()  # ("reference", "cupy", "cudnn", "legacy", "default") with the engines shipped
 
 # (dtype, math type or None for any) -> (rtol, atol).  Math type from the graph's conv attrs:
 # DEFAULT_MATH lets a GPU run FP32 convolutions in TF32 (cuDNN >= 8 on Ampere+), TENSOR_OP math in
@@ -283,27 +294,17 @@ class _Capture:
         return plan
 
 
-@contextlib.contextmanager
 def _forced(engine: "str | None"):
-    old = os.environ.get("CUDNN_COMPAT_ENGINE")
-    if engine:
-        os.environ["CUDNN_COMPAT_ENGINE"] = engine
-    else:
-        os.environ.pop("CUDNN_COMPAT_ENGINE", None)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("CUDNN_COMPAT_ENGINE", None)
-        else:
-            os.environ["CUDNN_COMPAT_ENGINE"] = old
+    """CUDNN_COMPAT_ENGINE as ``engine`` (None: unset, the heuristics order) for the block."""
+    return _config.override("CUDNN_COMPAT_ENGINE", engine or None)
 
 
 def _place(trace: Trace, engine: str) -> str:
-    if engine == "reference":
-        return "cpu"
-    if engine in ("cupy", "cudnn", "legacy"):
+    if engine == "legacy":
         return "gpu"
+    eng = REGISTRY.engines.get(engine) if engine != "default" else None
+    if eng is not None:  # an engine that runs on the CPU replays there (the reference engine)
+        return "cpu" if "cpu" in eng.places else "gpu"
     for c in trace.calls:
         h = c.get("args", {}).get("handle")
         if isinstance(h, dict) and "handle" in h:
@@ -313,8 +314,9 @@ def _place(trace: Trace, engine: str) -> str:
 
 def replay(trace: Trace, engine: str, overrides: "dict | None" = None) -> list:
     """Replay ``trace`` on ``engine``; a CallResult per compute call."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    known = engines()
+    if engine not in known:
+        raise ValueError(f"engine must be one of {', '.join(known)}, got {engine!r}")
     import cudnn_compat as cc
     place = _place(trace, engine)
     if place == "gpu":

@@ -110,11 +110,53 @@ class Engine:
 
 @dataclass
 class EngineRegistry:
-    engines: dict = field(default_factory=dict)
+    """The engines, by name, and the order heuristics tries them in per place.
 
-    def register(self, engine: Engine):
+    ``register(engine, priority={place: number})`` adds an engine; on each place it names, the
+    engines run in descending priority (ties by name), and ``order[place]`` (``heuristics.ORDER``,
+    the same dict) is rebuilt from the priorities.  An engine registered without a priority (a
+    test's) is known by name (``CUDNN_COMPAT_ENGINE``, a patched ``ORDER``) but in no order.
+    ``engines`` lists the engines with a priority first, as ``names()`` does (whatever order
+    they were imported in), then the others as registered."""
+    engines: dict = field(default_factory=dict)
+    priorities: dict = field(default_factory=dict)  # engine name -> {place: priority}
+    order: dict = field(default_factory=dict)  # place -> (engine name, ...) in the order tried
+
+    def register(self, engine: Engine, priority: "dict | None" = None):
+        """Add ``engine``; ``priority`` {place: number}, higher tried first, each place one of
+        ``engine.places``.  Returns the engine."""
+        priority = dict(priority or {})
+        for place, p in priority.items():
+            if place not in engine.places:
+                raise ValueError(f"engine {engine.name!r}: priority for the {place!r} place, "
+                                 f"but it runs on {', '.join(engine.places)} only")
+            if not isinstance(p, (int, float)) or isinstance(p, bool):
+                raise TypeError(f"engine {engine.name!r}: priority on {place!r} must be a number, got {p!r}")
         self.engines[engine.name] = engine
+        if priority or engine.name in self.priorities:
+            old = self.priorities.get(engine.name, {})
+            if priority:
+                self.priorities[engine.name] = priority
+            else:
+                self.priorities.pop(engine.name, None)
+            for place in set(old) | set(priority):
+                self.order[place] = self.ranked(place)
+            ranked = self.names()
+            items = [(n, self.engines[n]) for n in ranked if n in self.engines]
+            items += [(n, e) for n, e in self.engines.items() if n not in self.priorities]
+            self.engines.clear()
+            self.engines.update(items)
         return engine
+
+    def ranked(self, place: str) -> tuple:
+        """The names of the engines with a priority on ``place``, highest first (ties by name)."""
+        ranked = [(-pr[place], n) for n, pr in self.priorities.items() if place in pr]
+        return tuple(n for _, n in sorted(ranked))
+
+    def names(self) -> tuple:
+        """Every engine with a priority somewhere, the most general first: ascending by its highest
+        priority (the CPU reference engine, then the GPU engines from the last tried to the first)."""
+        return tuple(n for _, n in sorted((max(pr.values()), n) for n, pr in self.priorities.items()))
 
 
 REGISTRY = EngineRegistry()

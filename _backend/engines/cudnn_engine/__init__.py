@@ -205,4 +205,4 @@ class CudnnEngine(Engine):
         return out
 
 
-ENGINE = REGISTRY.register(CudnnEngine())
+ENGINE = REGISTRY.register(CudnnEngine(), priority={"gpu": 300})  # first on the GPU place

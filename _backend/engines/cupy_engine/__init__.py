@@ -204,7 +204,7 @@ class CupyEngine(Engine):
         return CupyPlan(graph, config, runs)
 
 
-ENGINE = REGISTRY.register(CupyEngine())
+ENGINE = REGISTRY.register(CupyEngine(), priority={"gpu": 200})  # after cudnn, before reference
 
 from . import gemm  # noqa: E402
 

@@ -36,12 +36,11 @@ TRACEABLE = frozenset({"KernelRun", "RowRun", "BnRun"})
 CODES = {"float": "f", "double": "d"}  # by-value argument C types a record patches (struct codes)
 MAX_RECORDS = 8  # per plan: (stream, alignment outcome) pairs kept
 PACK_ERRORS = (struct.error, OverflowError, TypeError)
-# os.environ's own dict and the graphs variable's key in it (config's view): while the key is absent the
-# generated paths skip the graph table (graphs are off by default); None (not POSIX): always consult it
-_GENV = getattr(config, "_ENV", None)
-_GNAME = getattr(config, "_KEYS", {}).get("CUDNN_COMPAT_CUPY_GRAPHS")
-if _GNAME is None or config.TABLE["CUDNN_COMPAT_CUPY_GRAPHS"].default:
-    _GENV = None
+# while the graphs variable is unset (and nothing overridden: config.unset_fast, one dict lookup) the
+# generated paths skip the graph table (graphs are off by default); a default of on: always consult it
+_GRAPHS_OFF = config.unset_fast("CUDNN_COMPAT_CUPY_GRAPHS")
+if config.TABLE["CUDNN_COMPAT_CUPY_GRAPHS"].default:
+    _GRAPHS_OFF = lambda: False  # noqa: E731
 
 
 def traceable(runs) -> bool:
@@ -282,7 +281,7 @@ class FastPath:
             lines.append(f"    if {name[u]} < {name[s]} + {self.spans[s]} and {name[s]} < {name[u]} + {self.spans[u]}:")
             lines.append("        return False")
         vals = ", ".join(vnames)
-        lines += ["    if _genv is not None and _genv.get(_gname) is None:  # graphs off: no graph table",
+        lines += ["    if _goff():  # graphs off: no graph table",
                   "        with _lock:",
                   "            try:",
                   f"                _pack(rec[0], 0, {vals})",
@@ -315,7 +314,7 @@ class FastPath:
         ns = {"_cur": runtime.current_stream_function(), "_recs": self.records, "_pack": self.layout.pack,
               "_ERR": PACK_ERRORS, "_lk": runtime.launcher(), "_N": runtime.LAUNCHES, "_lock": self.lock,
               "_graphs": self.graphs, "_glaunch": getattr(gr, "launch_function", lambda: gr.launch)(), "_capturing": gr.capturing, "_note": self.note,
-              "_capture": self.capture, "_genv": _GENV, "_gname": _GNAME}
+              "_capture": self.capture, "_goff": _GRAPHS_OFF}
         exec(compile("\n".join(lines) + "\n", "<cupy launch record>", "exec"), ns)
         fast = ns["fastp" if positional else "fast"]
         fast.source = "\n".join(lines)

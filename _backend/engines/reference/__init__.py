@@ -83,6 +83,6 @@ class ReferenceEngine(Engine):
         return ReferencePlan(graph, config, workspace_size=0)
 
 
-REGISTRY.register(ReferenceEngine())
+REGISTRY.register(ReferenceEngine(), priority={"cpu": 100, "gpu": 100})  # the last GPU engine tried; the CPU one
 
 from . import pointwise, reduction, matmul, conv, softmax, lrn, pooling, norm, rnn, adv  # noqa: E402,F401
