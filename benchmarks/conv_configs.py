@@ -475,19 +475,7 @@ def _native_exec(spec, plan, wsz, handle):
     """One execute of a finalized native plan on scratch buffers (for the kernel names)."""
     from cudnn_compat._backend.engines.cudnn_engine import autotune as AT
     from cudnn_compat._backend.engines.cudnn_engine import lib as NL
-    bufs, uids, ptrs = [], [], []
-    nscal = sum(1 for b in spec.bind if b[2])
-    scal = (ctypes.c_float * max(nscal, 1))(*([1.0] * max(nscal, 1)))
-    slot = 0
-    for uid, _src, is_scalar in spec.bind:
-        uids.append(uid)
-        if is_scalar:
-            ptrs.append(ctypes.addressof(scal) + 4 * slot)
-            slot += 1
-        else:
-            b = cupy.zeros(AT.extent_bytes(spec.tensors[uid]) + 16, cupy.uint8)
-            bufs.append(b)
-            ptrs.append(b.data.ptr)
+    bufs, uids, ptrs = AT.scratch_bindings(spec)
     ws = cupy.empty(max(wsz, 1), cupy.uint8)
     execute = NL.load().cudnnBackendExecute
 
@@ -501,7 +489,7 @@ def _native_exec(spec, plan, wsz, handle):
             execute(handle, plan.ptr, vp.ptr)
         finally:
             vp.destroy()
-    run.keep = (bufs, scal, ws)
+    run.keep = (bufs, ws)
     return run
 
 

@@ -118,6 +118,27 @@ def _workspace(cupy, sizes: list):
     return cupy.empty(1, cupy.uint8), 0
 
 
+def scratch_bindings(spec) -> tuple:
+    """(buffers to keep alive, uids, pointers) binding ``spec``'s graph to zeroed scratch
+    buffers of its tensors' extents and by-value scalars of 1.0 (float32), on the current device."""
+    import cupy
+    keep, uids, ptrs = [], [], []
+    nscal = sum(1 for b in spec.bind if b[2])
+    scal = (ctypes.c_float * max(nscal, 1))(*([1.0] * max(nscal, 1)))
+    keep.append(scal)
+    slot = 0
+    for uid, _src, is_scalar in spec.bind:
+        uids.append(uid)
+        if is_scalar:
+            ptrs.append(ctypes.addressof(scal) + 4 * slot)
+            slot += 1
+        else:
+            buf = cupy.zeros(extent_bytes(spec.tensors[uid]) + 16, cupy.uint8)
+            keep.append(buf)
+            ptrs.append(buf.data.ptr)
+    return keep, uids, ptrs
+
+
 def time_plans(spec, plans: list, device: int) -> list:
     """Milliseconds per execute of each finalized plan ((plan descriptor, workspace) pairs)
     on scratch buffers; inf for a plan that fails to execute or whose workspace cannot be
@@ -128,19 +149,7 @@ def time_plans(spec, plans: list, device: int) -> list:
     STATS["plans_timed"] += len(plans)
     with cupy.cuda.Device(device):
         handle = _lib.handle_for(device, 0)
-        keep, uids, ptrs = [], [], []
-        nscal = sum(1 for b in spec.bind if b[2])
-        scal = (ctypes.c_float * max(nscal, 1))(*([1.0] * max(nscal, 1)))
-        slot = 0
-        for uid, _src, is_scalar in spec.bind:
-            uids.append(uid)
-            if is_scalar:
-                ptrs.append(ctypes.addressof(scal) + 4 * slot)
-                slot += 1
-            else:
-                buf = cupy.zeros(extent_bytes(spec.tensors[uid]) + 16, cupy.uint8)
-                keep.append(buf)
-                ptrs.append(buf.data.ptr)
+        keep, uids, ptrs = scratch_bindings(spec)
         wbuf, have = _workspace(cupy, [w for _, w in plans] or [0])
         vp = _lib.Descriptor("VARIANT_PACK")
         out = []
