@@ -82,6 +82,17 @@ PROTOTYPES.update({
     "cudnnSetDropoutDescriptor": [_vp, _vp, _f32, _vp, _sz, _ull],
     "cudnnGetTensorNdDescriptor": [_vp, _int, _pint, _pint, _pint, _pint],
 })
+# CTC loss and the spatial-transformer sampler (cudnn_adv.h / cudnn_cnn.h of cuDNN 9)
+PROTOTYPES.update({
+    "cudnnCreateCTCLossDescriptor": [_pvp], "cudnnDestroyCTCLossDescriptor": [_vp],
+    "cudnnSetCTCLossDescriptorEx": [_vp, _int, _int, _int],
+    "cudnnGetCTCLossWorkspaceSize": [_vp, _vp, _vp, _pint, _pint, _pint, _int, _vp, _psz],
+    "cudnnCTCLoss": [_vp, _vp, _vp, _pint, _pint, _pint, _vp, _vp, _vp, _int, _vp, _vp, _sz],
+    "cudnnCreateSpatialTransformerDescriptor": [_pvp], "cudnnDestroySpatialTransformerDescriptor": [_vp],
+    "cudnnSetSpatialTransformerNdDescriptor": [_vp, _int, _int, _int, _pint],
+    "cudnnSpatialTfSamplerForward": [_vp] * 9,
+    "cudnnSpatialTfSamplerBackward": [_vp] * 14,
+})
 # cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
 DATA_TYPE = _lib.DATA_TYPE
 TENSOR_NCHW, TENSOR_NHWC = 0, 1

@@ -51,27 +51,13 @@ CTC = [("ctc T=100 N=32 A=32 L~30", 100, 32, 32, (20, 40)),
 SAMPLER = [("sampler N=32 C=64 64x64->64x64", (32, 64, 64, 64), (32, 64, 64, 64)),
            ("sampler N=8 C=32 128x128->96x96", (8, 32, 128, 128), (8, 32, 96, 96))]
 
-_vp, _int, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
-_pint = ctypes.POINTER(ctypes.c_int)
-REAL = {
-    "cudnnCreateCTCLossDescriptor": [ctypes.POINTER(_vp)], "cudnnDestroyCTCLossDescriptor": [_vp],
-    "cudnnSetCTCLossDescriptorEx": [_vp, _int, _int, _int],
-    "cudnnGetCTCLossWorkspaceSize": [_vp, _vp, _vp, _pint, _pint, _pint, _int, _vp, ctypes.POINTER(_sz)],
-    "cudnnCTCLoss": [_vp, _vp, _vp, _pint, _pint, _pint, _vp, _vp, _vp, _int, _vp, _vp, _sz],
-    "cudnnCreateSpatialTransformerDescriptor": [ctypes.POINTER(_vp)],
-    "cudnnDestroySpatialTransformerDescriptor": [_vp],
-    "cudnnSetSpatialTransformerNdDescriptor": [_vp, _int, _int, _int, _pint],
-    "cudnnSpatialTfSamplerForward": [_vp] * 9,
-    "cudnnSpatialTfSamplerBackward": [_vp] * 14,
-}
+_vp = ctypes.c_void_p
 
 
 def legacy():
+    """legacy_cudnn, loaded (its PROTOTYPES include the CTC and sampler functions)."""
     from cudnn_compat._backend import legacy_cudnn as L
-    lib = L.load()
-    for name, args in REAL.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = _int, args
+    L.load()
     return L
 
 

@@ -52,30 +52,15 @@ def ran_on_cupy():
     assert _call.last_plan().engine == "cupy", _call.last_plan().engine
 
 
-# -- the real legacy functions (prototypes of cudnn_adv.h / cudnn_ops.h, cuDNN 9) ------------------
+# -- the real legacy functions (prototypes in _backend/legacy_cudnn.py) ------------------------------
 
-_vp, _int, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
-_pint = ctypes.POINTER(ctypes.c_int)
-REAL = {
-    "cudnnCreateCTCLossDescriptor": [ctypes.POINTER(_vp)], "cudnnDestroyCTCLossDescriptor": [_vp],
-    "cudnnSetCTCLossDescriptorEx": [_vp, _int, _int, _int],
-    "cudnnGetCTCLossWorkspaceSize": [_vp, _vp, _vp, _pint, _pint, _pint, _int, _vp, ctypes.POINTER(_sz)],
-    "cudnnCTCLoss": [_vp, _vp, _vp, _pint, _pint, _pint, _vp, _vp, _vp, _int, _vp, _vp, _sz],
-    "cudnnCreateSpatialTransformerDescriptor": [ctypes.POINTER(_vp)],
-    "cudnnDestroySpatialTransformerDescriptor": [_vp],
-    "cudnnSetSpatialTransformerNdDescriptor": [_vp, _int, _int, _int, _pint],
-    "cudnnSpatialTfSamplerForward": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp],
-    "cudnnSpatialTfSamplerBackward": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp],
-}
+_vp = ctypes.c_void_p
 
 
 def legacy():
-    """legacy_cudnn with the CTC and sampler prototypes set (the module lists the others)."""
+    """legacy_cudnn, loaded (its PROTOTYPES include the CTC and sampler functions)."""
     from cudnn_compat._backend import legacy_cudnn as L
-    lib = L.load()
-    for name, args in REAL.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = _int, args
+    L.load()
     return L
 
 
