@@ -163,3 +163,37 @@ def fmt_ms(v) -> str:
 
 __all__ = ["RESULTS", "ROOT", "repo_on_path", "device_name", "device_tag", "meta", "cuda_time", "wall_time",
            "write_json", "write_json_file", "missing_gpu_stack", "rel_err", "fmt_ms"]
+
+
+# -- convolution problems (bench_conv.py, conv_configs.py) --------------------------------------------
+
+CCDT = {"float32": "CUDNN_DATA_FLOAT", "float16": "CUDNN_DATA_HALF", "bfloat16": "CUDNN_DATA_BFLOAT16"}
+
+
+def strides(dims, layout):
+    """Packed strides of logical (N, C, *spatial) ``dims`` stored NCHW or NHWC."""
+    n = len(dims)
+    order = list(range(n)) if layout == "NCHW" else [0] + list(range(2, n)) + [1]
+    st, acc = [0] * n, 1
+    for ax in reversed(order):
+        st[ax] = acc
+        acc *= dims[ax]
+    return tuple(st)
+
+
+def conv_descriptors(pb, math: str = "CUDNN_DEFAULT_MATH") -> tuple:
+    """(xDesc, yDesc, wDesc, convDesc) through cudnn_compat for a 2-d problem ``pb`` with fields
+    xd, yd, wd (dims), pad, stride, layout, dtype; cross-correlation, float compute, ``math``."""
+    import cudnn_compat as cc
+    dt = getattr(cc, CCDT[pb.dtype])
+    xd, yd = cc.cudnnCreateTensorDescriptor(), cc.cudnnCreateTensorDescriptor()
+    cc.cudnnSetTensorNdDescriptor(xd, dt, 4, list(pb.xd), list(strides(pb.xd, pb.layout)))
+    cc.cudnnSetTensorNdDescriptor(yd, dt, 4, list(pb.yd), list(strides(pb.yd, pb.layout)))
+    wd = cc.cudnnCreateFilterDescriptor()
+    fmt = cc.CUDNN_TENSOR_NHWC if pb.layout == "NHWC" else cc.CUDNN_TENSOR_NCHW
+    cc.cudnnSetFilterNdDescriptor(wd, dt, fmt, 4, list(pb.wd))
+    cd = cc.cudnnCreateConvolutionDescriptor()
+    cc.cudnnSetConvolutionNdDescriptor(cd, 2, list(pb.pad), list(pb.stride), [1, 1], cc.CUDNN_CROSS_CORRELATION,
+                                       cc.CUDNN_DATA_FLOAT)
+    cc.cudnnSetConvolutionMathType(cd, getattr(cc, math))
+    return xd, yd, wd, cd

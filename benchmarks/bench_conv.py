@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import cuda_time, device_name, missing_gpu_stack, write_json  # noqa: E402
+from _common import conv_descriptors, cuda_time, device_name, missing_gpu_stack, strides, write_json  # noqa: E402
 
 try:  # guarded so that --help works without a GPU stack; main() reports what is missing
     import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
@@ -53,18 +53,7 @@ LAYERS = [  # name, C, K, HW, R, pad, stride
 CONFIGS = [("fp16 NHWC", "float16", "NHWC"), ("bf16 NHWC", "bfloat16", "NHWC"), ("fp32 NCHW", "float32", "NCHW"),
            ("fp32 NHWC", "float32", "NHWC")]
 DIRS = ("fwd", "bwd_data", "bwd_filter")
-CCDT = {"float32": "CUDNN_DATA_FLOAT", "float16": "CUDNN_DATA_HALF", "bfloat16": "CUDNN_DATA_BFLOAT16"}
 KIND = {"fwd": "Forward", "bwd_data": "BackwardData", "bwd_filter": "BackwardFilter"}
-
-
-def strides(dims, layout):
-    n = len(dims)
-    order = list(range(n)) if layout == "NCHW" else [0] + list(range(2, n)) + [1]
-    st, acc = [0] * n, 1
-    for ax in reversed(order):
-        st[ax] = acc
-        acc *= dims[ax]
-    return tuple(st)
 
 
 def timeit(fn, iters, warm=3):
@@ -94,18 +83,8 @@ class Problem:
 
 class Ours:
     def __init__(self, pb: Problem, handle):
-        dt = getattr(cc, CCDT[pb.dtype])
         self.h, self.pb = handle, pb
-        self.xd, self.yd = cc.cudnnCreateTensorDescriptor(), cc.cudnnCreateTensorDescriptor()
-        cc.cudnnSetTensorNdDescriptor(self.xd, dt, 4, list(pb.xd), list(strides(pb.xd, pb.layout)))
-        cc.cudnnSetTensorNdDescriptor(self.yd, dt, 4, list(pb.yd), list(strides(pb.yd, pb.layout)))
-        self.wd = cc.cudnnCreateFilterDescriptor()
-        fmt = cc.CUDNN_TENSOR_NHWC if pb.layout == "NHWC" else cc.CUDNN_TENSOR_NCHW
-        cc.cudnnSetFilterNdDescriptor(self.wd, dt, fmt, 4, list(pb.wd))
-        self.cd = cc.cudnnCreateConvolutionDescriptor()
-        cc.cudnnSetConvolutionNdDescriptor(self.cd, 2, list(pb.pad), list(pb.stride), [1, 1],
-                                           cc.CUDNN_CROSS_CORRELATION, cc.CUDNN_DATA_FLOAT)
-        cc.cudnnSetConvolutionMathType(self.cd, cc.CUDNN_DEFAULT_MATH)
+        self.xd, self.yd, self.wd, self.cd = conv_descriptors(pb)
 
     def call(self, direction):
         pb, h = self.pb, self.h

@@ -26,7 +26,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import cuda_time, device_name, meta, missing_gpu_stack, write_json_file  # noqa: E402
+from _common import (CCDT, conv_descriptors, cuda_time, device_name, meta, missing_gpu_stack,  # noqa: E402
+                     strides, write_json_file)
 
 try:  # guarded so that --help works without a GPU stack
     import torch  # noqa: E402  (first: its libcudnn is the one cuda.pathfinder then finds loaded)
@@ -50,18 +51,7 @@ DEFAULT_CASES = ("3x3_64:bwd_filter", "3x3_64:bwd_data", "stem:bwd_filter", "1x1
 QUICK_CASES = ("3x3_64:bwd_filter",)
 DIRS = {"fwd": ("FWD", "Forward"), "bwd_data": ("BWD_DATA", "BackwardData"),
         "bwd_filter": ("BWD_FILTER", "BackwardFilter")}
-CCDT = {"float32": "CUDNN_DATA_FLOAT", "float16": "CUDNN_DATA_HALF", "bfloat16": "CUDNN_DATA_BFLOAT16"}
 FIND_WORKSPACE = 256 << 20  # what examples/resnet50_legacy.py offers Find*Ex
-
-
-def strides(dims, layout):
-    n = len(dims)
-    order = list(range(n)) if layout == "NCHW" else [0] + list(range(2, n)) + [1]
-    st, acc = [0] * n, 1
-    for ax in reversed(order):
-        st[ax] = acc
-        acc *= dims[ax]
-    return tuple(st)
 
 
 class Case:
@@ -136,17 +126,7 @@ class Ours:
         import cudnn_compat as cc
         self.cc, self.case = cc, case
         self.h = cc.cudnnCreate("gpu")
-        dt = getattr(cc, CCDT[case.dtype])
-        self.xd, self.yd = cc.cudnnCreateTensorDescriptor(), cc.cudnnCreateTensorDescriptor()
-        cc.cudnnSetTensorNdDescriptor(self.xd, dt, 4, list(case.xd), list(strides(case.xd, case.layout)))
-        cc.cudnnSetTensorNdDescriptor(self.yd, dt, 4, list(case.yd), list(strides(case.yd, case.layout)))
-        self.wd = cc.cudnnCreateFilterDescriptor()
-        fmt = cc.CUDNN_TENSOR_NHWC if case.layout == "NHWC" else cc.CUDNN_TENSOR_NCHW
-        cc.cudnnSetFilterNdDescriptor(self.wd, dt, fmt, 4, list(case.wd))
-        self.cd = cc.cudnnCreateConvolutionDescriptor()
-        cc.cudnnSetConvolutionNdDescriptor(self.cd, 2, list(case.pad), list(case.stride), [1, 1],
-                                           cc.CUDNN_CROSS_CORRELATION, cc.CUDNN_DATA_FLOAT)
-        cc.cudnnSetConvolutionMathType(self.cd, getattr(cc, "CUDNN_" + case.math))
+        self.xd, self.yd, self.wd, self.cd = conv_descriptors(case, "CUDNN_" + case.math)
         self.x, self.w, self.y = bufs
         self.ws = cupy.empty(FIND_WORKSPACE, cupy.uint8)
 
