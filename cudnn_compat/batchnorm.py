@@ -34,7 +34,7 @@ import numbers
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, scalar as scalar_tensor, virtual
 from ._call import ALPHA, BETA, Y_PRIOR_OFFSET, blend, compute_dtype, plan_for, run
 from ._data import preflight, scalar
-from ._memo import EPOCH, Memo, arrays, key as memo_key, site_put
+from ._memo import EPOCH, Memo, arrays, key as memo_key, site_get, site_put
 from ._registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -252,33 +252,40 @@ _INFER_SITES, _TRAIN_SITES, _BACK_SITES = Memo("cudnnBatchNormalizationForwardIn
 _MODES = frozenset(BN.values())
 
 
+def _site(sites, memo, sk, handle, mode, bufs, descs) -> tuple:
+    """(handle, resolved descriptors, memo entry) of a BN call: from the call site while no descriptor
+    changed (_memo "Call sites"), else resolved and looked up in ``memo``; the entry is None (and the
+    descriptors None) when the call must take the general way (a NULL buffer, an unknown mode, a
+    first call of these settings)."""
+    ok = arrays(bufs)
+    hit = site_get(sites, sk) if ok else None
+    if hit is not None:
+        return hit
+    stamp = EPOCH[0]
+    h = get_handle(handle)
+    if not (ok and type(mode) is int and mode in _MODES):
+        return h, None, None
+    ds = tuple(tensor_desc(d, name) for d, name in descs)
+    m = memo.get((mode,) + tuple(id(d._key or d.key()) for d in ds))
+    if m is None:
+        _mk, m = memo.canonical((mode,), ds)
+    if m is None:
+        return h, None, None
+    site_put(sites, sk, stamp, (h, ds, m))
+    return h, ds, m
+
+
 @legacy("cudnnBatchNormalizationForwardInference")
 def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc,
                                        bnScale, bnBias, estimatedMean, estimatedVariance, epsilon) -> None:
     """y = alpha*(bnBias + bnScale*(x - mean)/sqrt(eps + var)) + beta*y (002 §3.2.3).  The
     descriptor checks run once per combination of settings (``_memo``)."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
-    try:
-        s = _INFER_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    stamp = EPOCH[0]
-    if s is not None and s[0] is stamp and arrays((x, y, bnScale, bnBias, estimatedMean, estimatedVariance)):
-        h, xd, yd, pd, m = s[1]  # same arguments, no descriptor changed since (_memo "Call sites")
-        s = None
-    else:
-        s = h = get_handle(handle)
-        m = None
-    if s is not None and type(mode) is int and mode in _MODES and \
-            arrays((x, y, bnScale, bnBias, estimatedMean, estimatedVariance)):
-        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-        pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
-        mk = (mode, id(xd._key or xd.key()), id(yd._key or yd.key()), id(pd._key or pd.key()))
-        m = _INFER.get(mk)
-        if m is None:
-            mk, m = _INFER.canonical((mode,), (xd, yd, pd))
-        if m is not None:
-            site_put(_INFER_SITES, sk, stamp, (h, xd, yd, pd, m))
+    h, ds, m = _site(_INFER_SITES, _INFER, sk, handle, mode,
+                     (x, y, bnScale, bnBias, estimatedMean, estimatedVariance),
+                     ((xDesc, "xDesc"), (yDesc, "yDesc"), (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
+    if m is not None:
+        xd, yd, pd = ds
     if m is None:
         _check_mode(mode)
         for p, n in ((x, "x"), (y, "y"), (bnScale, "bnScale"), (bnBias, "bnBias"), (estimatedMean, "estimatedMean"),
@@ -377,26 +384,10 @@ def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc
     """002 §4.1.4; see the module docstring for the formulas.  The descriptor checks run once
     per combination of settings (``_memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
-    try:
-        s = _TRAIN_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    stamp = EPOCH[0]
-    if s is not None and s[0] is stamp and arrays((x, y, bnScale, bnBias)):
-        h, xd, yd, pd, m = s[1]  # same arguments, no descriptor changed since (_memo "Call sites")
-        s = None
-    else:
-        s = h = get_handle(handle)
-        m = None
-    if s is not None and type(mode) is int and mode in _MODES and arrays((x, y, bnScale, bnBias)):
-        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-        pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
-        mk = (mode, id(xd._key or xd.key()), id(yd._key or yd.key()), id(pd._key or pd.key()))
-        m = _TRAIN.get(mk)
-        if m is None:
-            mk, m = _TRAIN.canonical((mode,), (xd, yd, pd))
-        if m is not None:
-            site_put(_TRAIN_SITES, sk, stamp, (h, xd, yd, pd, m))
+    h, ds, m = _site(_TRAIN_SITES, _TRAIN, sk, handle, mode, (x, y, bnScale, bnBias),
+                     ((xDesc, "xDesc"), (yDesc, "yDesc"), (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
+    if m is not None:
+        xd, yd, pd = ds
     if m is None:
         _forward_training(h, mode, OPS_BN, alpha, beta, xDesc, x, None, None, yDesc, y,
                           bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean,
@@ -568,27 +559,10 @@ def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaP
     """dx, dscale, dbias of the training forward (002 §4.1.2).  The descriptor checks run once
     per combination of settings (``_memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc)
-    try:
-        s = _BACK_SITES.get(sk)
-    except TypeError:  # an unhashable argument: resolving it says what it is
-        s = None
-    stamp = EPOCH[0]
-    if s is not None and s[0] is stamp and arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff)):
-        h, xd, dyd, dxd, pd, m = s[1]  # same arguments, no descriptor changed since (_memo "Call sites")
-        s = None
-    else:
-        s = h = get_handle(handle)
-        m = None
-    if s is not None and type(mode) is int and mode in _MODES and \
-            arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff)):
-        xd, dyd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
-        pd = tensor_desc(bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")
-        mk = (mode, id(xd._key or xd.key()), id(dyd._key or dyd.key()), id(dxd._key or dxd.key()), id(pd._key or pd.key()))
-        m = _BACK.get(mk)
-        if m is None:
-            mk, m = _BACK.canonical((mode,), (xd, dyd, dxd, pd))
-        if m is not None:
-            site_put(_BACK_SITES, sk, stamp, (h, xd, dyd, dxd, pd, m))
+    h, ds, m = _site(_BACK_SITES, _BACK, sk, handle, mode, (x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff),
+                     ((xDesc, "xDesc"), (dyDesc, "dyDesc"), (dxDesc, "dxDesc"), (bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")))
+    if m is not None:
+        xd, dyd, dxd, pd = ds
     if m is None:
         _backward(h, mode, OPS_BN, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x,
                   None, None, dyDesc, dy, None, None, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff,
