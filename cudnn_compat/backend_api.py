@@ -38,7 +38,7 @@ from ._registry import legacy
 from .enums import ENUMS, name_of
 from .errors import CUDNN_STATUS_BAD_PARAM as BAD, CUDNN_STATUS_NOT_INITIALIZED, CUDNN_STATUS_NOT_SUPPORTED as NOT_SUP
 from .errors import CuDNNError
-from .handle import Handle
+from .handle import Handle, on_device, wrong_device
 
 globals().update(A.ATTRIBUTE_NAMES)
 globals().update(A.EXTRA_CONSTANTS)
@@ -265,6 +265,12 @@ def backendFinalize(descriptor) -> None:
 def backendExecute(handle, executionPlan, variantPack) -> None:
     """002 §5.2.3: run the finalized plan on the variant pack's data pointers and workspace."""
     h = resolve(handle, Handle, "handle")
+    if wrong_device(h):  # issue 17: the plan runs on the handle's device, the caller's is restored
+        return on_device(h, _execute, h, executionPlan, variantPack)
+    return _execute(h, executionPlan, variantPack)
+
+
+def _execute(h, executionPlan, variantPack) -> None:
     plan_d, pack_d = _desc(executionPlan, "executionPlan"), _desc(variantPack, "variantPack")
     for d, arg, tname in ((plan_d, "executionPlan", "EXECUTION_PLAN"), (pack_d, "variantPack", "VARIANT_PACK")):
         if d.type_name != tname:

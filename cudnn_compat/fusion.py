@@ -52,7 +52,7 @@ from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tens
 from . import _call, _registry, trace as _trace
 from ._data import _host_view, bind, device_pointer, dtype_ok, extent_bytes
 from .errors import CuDNNError, bad_param
-from .handle import get_handle
+from .handle import get_handle, on_device, wrong_device
 
 log = logging.getLogger("cudnn_compat")
 
@@ -614,7 +614,7 @@ class fuse:
     def __exit__(self, exc_type, exc, tb):
         _TL.scopes.remove(self.scope)
         try:
-            self.scope.flush()  # the recorded calls run even when the block raised
+            _flush_on_device(self.scope)  # the recorded calls run even when the block raised
         except CuDNNError:
             if exc_type is None:
                 raise
@@ -626,7 +626,16 @@ class fuse:
 def flush() -> None:
     """Execute what the innermost ``fuse()`` block of this thread has recorded so far."""
     if _TL.scopes:
-        _TL.scopes[-1].flush()
+        _flush_on_device(_TL.scopes[-1])
+
+
+def _flush_on_device(scope) -> None:
+    """``scope.flush()`` with the scope handle's device current (issue 17: a block left, or flushed,
+    while another device is current still runs its calls on the handle's device)."""
+    if wrong_device(scope.handle):
+        on_device(scope.handle, scope.flush)
+    else:
+        scope.flush()
 
 
 def deferring() -> bool:

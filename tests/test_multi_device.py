@@ -219,6 +219,33 @@ def test_hooks_run_on_the_handle_device(fake_cupy, monkeypatch):
     assert got == [1] and fake_cupy.current() == 0
 
 
+@pytest.mark.parametrize("how", ["exit", "flush"])
+def test_fuse_scope_runs_its_calls_on_the_handle_device(fake_cupy, monkeypatch, how):
+    """A fuse() block left (or flushed) while another device is current runs the recorded calls on
+    the handle's device, and the caller's device is current again afterwards."""
+    from cudnn_compat import fusion
+    got = []
+    monkeypatch.setattr(fusion.Scope, "flush", lambda self: got.append(fake_cupy.current()))
+    h1 = gpu_handle(fake_cupy, 1)
+    with fusion.fuse(h1):
+        if how == "flush":
+            fusion.flush()
+            assert got == [1] and fake_cupy.current() == 0
+    assert got[-1] == 1 and fake_cupy.current() == 0
+
+
+def test_backend_execute_runs_on_the_handle_device(fake_cupy, monkeypatch):
+    """cudnnBackendExecute (002 §5.2.3) runs the plan on the handle's device; the caller's returns."""
+    from cudnn_compat import backend_api
+    got = []
+    monkeypatch.setattr(backend_api, "_execute", lambda h, plan, pack: got.append((fake_cupy.current(), plan, pack)))
+    h0, h1 = gpu_handle(fake_cupy, 0), gpu_handle(fake_cupy, 1)
+    for h in (h1, h0, h1):
+        backend_api.backendExecute(h, "P", "V")
+        assert fake_cupy.current() == 0
+    assert got == [(1, "P", "V"), (0, "P", "V"), (1, "P", "V")]
+
+
 def test_threads_with_other_devices_run_on_the_handle_device(fake_cupy, monkeypatch):
     """Each thread has its own current device; a handle shared with a thread on device 0 still
     runs on device 1."""
