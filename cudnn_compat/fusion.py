@@ -34,6 +34,8 @@ How the recorded calls become graphs:
     individual calls.
   * A call that ran alone in its last LONE_AFTER flushes is not deferred any more (it runs at once,
     as a non-deferrable call does; ``_run_at_once``), re-probed every REPROBE calls.
+  * On the GPU place a fused scope is never slower than its calls unfused: each ``with fuse(h):``
+    statement (per first call) is timed fused and plain and then runs the faster way (``_Site``).
 
 Don't modify inputs of deferred calls from Python before the block ends (or ``flush()``).
 """
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -133,6 +136,13 @@ class Scope:
         self.deferred = 0
         self.flushes = 0
         self._engines = (ORDER.get(handle.place), forced_engine())  # the split into graphs depends on them
+        # the measured choice (``_Site``): the ``with`` statement, fused or plain (None: not decided
+        # before the scope's first compute call), the site on trial and the mark at that first call
+        self.site = None
+        self.fused = None
+        self.trial = None
+        self.t0 = None
+        self.detached = False
 
     # -- recording -------------------------------------------------------------------------
     def record(self, name, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg) -> bool:
@@ -539,6 +549,104 @@ def _replace(op, old: Tensor, new: Tensor):
     return Operation(op.kind, {r: (new if t.uid == old.uid else t) for r, t in op.inputs.items()}, op.outputs, op.attrs)
 
 
+# -- the measured choice: a fused scope is never slower than its calls unfused (issue 14 item 5) ---
+# Fusing pays where it saves kernels and costs host time (recording, dataflow, replanning) where it
+# does not: a host-bound block of one-kernel calls runs slower fused.  So on the GPU place each
+# ``with fuse(h):`` statement is on trial per first compute call (the block's shape): TRIAL_WARM
+# fused runs (recipes, plans, CUDA graphs built), then TRIAL_RUNS timed runs of each mode,
+# alternating; the faster median wins for the rest of the process (a tie goes to plain).  A run is
+# timed from its first call to the end of the block between CUDA events on the handle's stream:
+# the stream's time, max(host, GPU) as the program sees it, as torch's benchmark mode times.
+# A plain scope leaves at its first call (hooks removed): its calls run exactly as without fuse().
+MEASURE = True  # False: always fused (tests of the fusion mechanics)
+TRIAL_WARM, TRIAL_RUNS = 2, 3
+_SITES: dict = {}  # (code, line, place, device, first call key) -> _Site
+
+
+class _Site:
+    """One ``with fuse(h):`` statement with one first call: its trial, then its choice."""
+
+    __slots__ = ("n", "runs", "fused")
+
+    def __init__(self):
+        self.n = 0
+        self.runs: list = []  # (fused, start mark, end mark) of the timed runs
+        self.fused = None  # the choice, once made
+
+    def next(self) -> tuple:
+        """(fused, timed) for the next run of this site."""
+        if self.fused is not None:
+            return self.fused, False
+        i, self.n = self.n, self.n + 1
+        if i < TRIAL_WARM:
+            return True, False
+        return (i - TRIAL_WARM) % 2 == 1, True  # plain, fused, plain, ...
+
+    def done(self, scope, ok: bool) -> None:
+        """The end of a timed run (``ok``: the block did not raise); decide after the last one."""
+        clock = _clock(scope.handle)
+        if ok and clock is not None:
+            self.runs.append((scope.fused, scope.t0, clock.mark(scope.handle)))
+        if len(self.runs) < 2 * TRIAL_RUNS or self.fused is not None:
+            return
+        ms = {True: [], False: []}
+        for fused, t0, t1 in self.runs:
+            ms[fused].append(clock.elapsed_ms(t0, t1))
+        med = {k: sorted(v)[len(v) // 2] for k, v in ms.items()}
+        self.fused = bool(ms[True] and ms[False] and med[True] < med[False])
+        self.runs = []
+        log.info("fuse: %s:%d runs %s (median %.4f ms fused, %.4f ms plain)", scope.site[0].co_filename,
+                 scope.site[1], "fused" if self.fused else "plain", med[True], med[False])
+
+
+class _EventClock:
+    """CUDA events on the handle's stream (the GPU place)."""
+
+    def __init__(self, cupy):
+        self.cupy = cupy
+
+    def mark(self, handle):
+        ev = self.cupy.cuda.Event()
+        ev.record(handle.stream or self.cupy.cuda.get_current_stream())
+        return ev
+
+    def elapsed_ms(self, t0, t1) -> float:
+        t1.synchronize()
+        return float(self.cupy.cuda.get_elapsed_time(t0, t1))
+
+
+_CLOCK: list = []
+
+
+def _clock(handle):
+    """The trial clock of ``handle``'s place: CUDA events on the GPU place, None elsewhere (the CPU
+    place always fuses: its run is one reference graph)."""
+    if handle.place != "gpu":
+        return None
+    if not _CLOCK:
+        import cupy
+        _CLOCK.append(_EventClock(cupy) if hasattr(getattr(cupy, "cuda", None), "Event") else None)
+    return _CLOCK[0]
+
+
+def _choose(scope, key) -> bool:
+    """At the scope's first compute call on its handle: fused (True) or plain (False: the caller
+    runs the call, then the scope leaves and every later call runs as made)."""
+    handle = scope.handle
+    clock = _clock(handle) if MEASURE else None
+    if clock is None or scope.site is None:
+        scope.fused = True
+        return True
+    sk = scope.site + (handle.place, handle.device) + key
+    site = _SITES.get(sk)
+    if site is None:
+        site = _SITES[sk] = _Site()
+    scope.fused, timed = site.next()
+    if timed:
+        scope.trial, scope.t0 = site, clock.mark(handle)
+    return scope.fused
+
+
 # -- hooks and the public context manager --------------------------------------------------------
 
 class _State(threading.local):
@@ -574,6 +682,13 @@ def _on_run(proceed, handle, key, build, tensors, scalars, workspace, workspace_
     if not st.scopes:
         return proceed(handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
     scope = st.scopes[-1]
+    if scope.fused is None and handle is scope.handle and not _choose(scope, key):
+        try:
+            return proceed(handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
+        finally:  # plain: the scope leaves once this call is through the hook chain
+            _TL.scopes.remove(scope)
+            _uninstall()
+            scope.detached = True
     if st.deferring and handle is scope.handle and not _run_at_once((handle.place, handle.device) + key):
         if scope.record(st.deferring, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg):
             return None
@@ -605,6 +720,8 @@ class fuse:
 
     def __init__(self, handle):
         self.scope = Scope(get_handle(handle))
+        f = sys._getframe(1)
+        self.scope.site = (f.f_code, f.f_lineno)  # the measured choice is per with-statement and first call
 
     def __enter__(self) -> Scope:
         _install()
@@ -612,14 +729,19 @@ class fuse:
         return self.scope
 
     def __exit__(self, exc_type, exc, tb):
-        _TL.scopes.remove(self.scope)
+        scope = self.scope
+        if scope.detached:  # plain: the calls ran as they were made
+            scope.trial and scope.trial.done(scope, exc_type is None)
+            return False
+        _TL.scopes.remove(scope)
         try:
-            _flush_on_device(self.scope)  # the recorded calls run even when the block raised
+            _flush_on_device(scope)  # the recorded calls run even when the block raised
         except CuDNNError:
             if exc_type is None:
                 raise
         finally:
             _uninstall()
+        scope.trial and scope.trial.done(scope, exc_type is None)
         return False
 
 

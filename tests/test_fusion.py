@@ -2,6 +2,8 @@
 formulas written here and against the same calls unfused; dataflow hazards, flush points, errors
 at the call, visible intermediates; the split into graphs the engines take (a fake conv+pointwise
 engine on the CPU); on the GPU the same results with fewer kernels."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -457,3 +459,77 @@ def test_a_call_that_always_runs_alone_stops_being_deferred(handle, rng, monkeyp
     # each flushed alone: LONE_AFTER scopes defer both, then REPROBE + 1 run them at once, then a re-probe
     n = fusion.LONE_AFTER
     assert lone == [2] * n + [0] * (fusion.REPROBE + 1) + [2], lone
+
+
+# -- the measured choice: fused or plain per with-statement (issue 14 item 5) ----------------------
+
+class _FakeClock:
+    """Marks are a counter the block advances: 1 ms when it ran fused (calls pending at its end),
+    ``plain_ms`` when it ran plain (the scope left at its first call, nothing pending)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def mark(self, handle):
+        return self.now
+
+    def elapsed_ms(self, t0, t1):
+        return t1 - t0
+
+
+@pytest.mark.parametrize("plain_ms, want_fused", [(2.0, True), (0.5, False), (1.0, False)])
+def test_each_with_statement_runs_the_faster_mode(monkeypatch, handle, rng, plain_ms, want_fused):
+    """TRIAL_WARM fused runs, then TRIAL_RUNS timed runs of each mode alternating (plain first);
+    the faster median wins (a tie goes to plain) and stays; plain runs leave at their first call
+    (no hooks, nothing recorded) and give the same numbers."""
+    clock = _FakeClock()
+    monkeypatch.setattr(fusion, "_clock", lambda h: clock)
+    monkeypatch.setattr(fusion, "_SITES", {})
+    b = Block(rng)
+    d = b.dev
+    want = relu(ref_conv(b.x, b.w1, (1, 1), (1, 1), (1, 1)))
+    modes = []
+    for _ in range(fusion.TRIAL_WARM + 2 * fusion.TRIAL_RUNS + 3):
+        y = b.empty()
+        with cc.fuse(handle) as scope:
+            b.conv(handle, d["x"], d["w1"], y)
+            cc.cudnnActivationForward(handle, b.ad, 1.0, b.xd, y, 0.0, b.xd, y)
+            ran_fused = fusion.pending() > 0
+            assert ran_fused == (_call.HOOKS != [])  # a plain scope has left: no hooks
+            clock.now += 1.0 if ran_fused else plain_ms
+        modes.append(scope.fused)
+        assert scope.deferred == (2 if ran_fused else 0) and ran_fused == scope.fused
+        np.testing.assert_allclose(b.get(y), want, rtol=1e-5, atol=1e-6)
+    trial = [True] * fusion.TRIAL_WARM + [False, True] * fusion.TRIAL_RUNS
+    assert modes == trial + [want_fused] * 3, modes
+    assert _registry.HOOKS == [] and _call.HOOKS == []
+    (site,) = fusion._SITES.values()
+    assert site.fused is want_fused
+
+
+def test_a_raising_block_is_not_timed(monkeypatch, handle, rng):
+    clock = _FakeClock()
+    monkeypatch.setattr(fusion, "_clock", lambda h: clock)
+    monkeypatch.setattr(fusion, "_SITES", {})
+    b = Block(rng)
+    for i in range(fusion.TRIAL_WARM + 2 * fusion.TRIAL_RUNS):
+        y = b.empty()
+        with pytest.raises(ZeroDivisionError) if i == fusion.TRIAL_WARM else contextlib.nullcontext():
+            with cc.fuse(handle):
+                b.conv(handle, b.dev["x"], b.dev["w1"], y)
+                if i == fusion.TRIAL_WARM:
+                    1 / 0
+    (site,) = fusion._SITES.values()
+    assert site.fused is None and len(site.runs) == 2 * fusion.TRIAL_RUNS - 1  # one run short: undecided
+
+
+def test_the_cpu_place_always_fuses(handle, rng):
+    """No clock on the CPU place (its run is one reference graph): every scope fuses."""
+    assert fusion._clock(handle) is None
+    b = Block(rng)
+    for _ in range(fusion.TRIAL_WARM + 2 * fusion.TRIAL_RUNS + 1):
+        y = b.empty()
+        with cc.fuse(handle) as scope:
+            b.conv(handle, b.dev["x"], b.dev["w1"], y)
+            cc.cudnnActivationForward(handle, b.ad, 1.0, b.xd, y, 0.0, b.xd, y)
+        assert scope.fused is True and scope.deferred == 2
