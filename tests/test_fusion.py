@@ -533,3 +533,24 @@ def test_the_cpu_place_always_fuses(handle, rng):
             b.conv(handle, b.dev["x"], b.dev["w1"], y)
             cc.cudnnActivationForward(handle, b.ad, 1.0, b.xd, y, 0.0, b.xd, y)
         assert scope.fused is True and scope.deferred == 2
+
+
+@pytest.mark.gpu
+def test_gpu_with_statement_is_timed_and_decided(monkeypatch, rng):
+    """On the GPU the trial runs on CUDA events and decides; every run gives the unfused numbers."""
+    import cupy
+    monkeypatch.setattr(fusion, "_SITES", {})
+    h = cc.cudnnCreate("gpu")
+    b = Block(rng, dtype=F32, n=4, c=16, hw=8, fmt=cc.CUDNN_TENSOR_NCHW, xp=cupy)
+    y1, y2 = b.empty(), b.empty()
+    b.basic_block(h, y1, y2)
+    want = b.get(y2)
+    for _ in range(fusion.TRIAL_WARM + 2 * fusion.TRIAL_RUNS + 2):
+        f1, f2 = b.empty(), b.empty()
+        with cc.fuse(h):
+            b.basic_block(h, f1, f2)
+        np.testing.assert_allclose(b.get(f2), want, rtol=5e-3, atol=5e-3)
+    (site,) = fusion._SITES.values()
+    assert site.fused in (True, False) and site.runs == []
+    assert _registry.HOOKS == [] and _call.HOOKS == []
+    cc.cudnnDestroy(h)
