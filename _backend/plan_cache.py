@@ -109,9 +109,9 @@ _USE = threading.Lock()
 def acquire(plan) -> bool:
     """One more call runs ``plan``; False when it was already released (the caller rebuilds it)."""
     with _USE:
-        if plan.__dict__.get("_released"):
+        if plan._released:
             return False
-        plan._users = plan.__dict__.get("_users", 0) + 1
+        plan._users += 1
         return True
 
 
@@ -119,7 +119,7 @@ def done(plan) -> None:
     """The call that acquired ``plan`` finished; release it now if it was evicted meanwhile."""
     with _USE:
         plan._users -= 1
-        free = plan._users == 0 and plan.__dict__.get("_retired") and not plan.__dict__.get("_released")
+        free = plan._users == 0 and plan._retired and not plan._released
         if free:
             plan._released = True
     if free:
@@ -129,10 +129,10 @@ def done(plan) -> None:
 def retire(plan) -> None:
     """A plan left the cache: release it now, or when its last running call is done (once)."""
     with _USE:
-        if plan.__dict__.get("_released"):
+        if plan._released:
             return
         plan._retired = True
-        if plan.__dict__.get("_users", 0) > 0:
+        if plan._users > 0:
             return
         plan._released = True
     plan.release()

@@ -21,8 +21,8 @@ from ._data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_po
 from ._data import workspace_arg as _workspace_arg
 from .handle import on_device, wrong_device
 
-ALPHA, BETA = 9001, 9002  # uids of the output-blend scalars
-Y_PRIOR_OFFSET = 5000  # uid of "y before the call" = uid(y) + this
+from ._uids import ALPHA, BETA, VIRTUAL, prior_uid  # uids of the output-blend scalars (_uids.SHARED)
+from ._uids import PRIOR_OFFSET as Y_PRIOR_OFFSET  # uid of "y before the call" = uid(y) + this
 
 
 def compute_dtype(dtype: str) -> str:
@@ -36,12 +36,12 @@ def blend(result, y, beta_zero: bool, alpha_uid: int = ALPHA, beta_uid: int = BE
     alpha = scalar_tensor(alpha_uid, ct, "alpha")
     if beta_zero:
         return Operation("Pointwise", {"x": result, "alpha1": alpha}, {"y": y}, {"mode": "IDENTITY"})
-    prior = type(y)(y.uid + Y_PRIOR_OFFSET, y.dims, y.strides, y.dtype, name=(y.name or "y") + "_prior")
+    prior = type(y)(prior_uid(y.uid), y.dims, y.strides, y.dtype, name=(y.name or "y") + "_prior")
     return Operation("Pointwise", {"x": result, "b": prior, "alpha1": alpha, "alpha2": scalar_tensor(beta_uid, ct, "beta")},
                      {"y": y}, {"mode": "ADD"})
 
 
-def blended(kind: str, inputs: dict, out_role: str, y, beta_zero: bool, attrs: dict, tmp_uid: int = 8001,
+def blended(kind: str, inputs: dict, out_role: str, y, beta_zero: bool, attrs: dict, tmp_uid: int = VIRTUAL,
             alpha_uid: int = ALPHA, beta_uid: int = BETA) -> list:
     """[op computing a virtual result, blend into y]: the common one-op legacy graph."""
     tmp = virtual(tmp_uid, y.dims, compute_dtype(y.dtype), f"{out_role}_result")
@@ -131,7 +131,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
     lane = _LANES.get(id(key))
     if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
-            and "_retired" not in lane[6] and _DEFAULTS():
+            and not lane[3]._retired and _DEFAULTS():
         # the cached lane (issue 14 item 3): the plan this key object got last time, still cached, and
         # its generated binder (_fastbind) with every buffer check of the loop below; for launch records
         # the binder launches too.  None/False from it: the general path below binds (and raises).
@@ -140,7 +140,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
             ws = _workspace_arg(handle.place, ws)  # rule: a library object is no buffer
         if workspace_arg is not None:
             check_workspace(plan, ws, workspace_size, workspace_arg)
-        if lane[7]:  # a launch-record lane: binds and launches (planner.execute's fast path)
+        if lane[6]:  # a launch-record lane: binds and launches (planner.execute's fast path)
             try:
                 ok = lane[5](tensors, scalars, handle.stream)
             except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (as planner.execute)
@@ -149,8 +149,8 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
                 ok = False
             if ok:
                 next(CACHE._hits)  # a plan-cache hit, counted as planner.get_plan counts it
-                lane[8] += 1
-                if not lane[8] & LANE_LRU_EVERY:
+                lane[7] += 1
+                if not lane[7] & LANE_LRU_EVERY:
                     _lane_lru(lane[4])
                 _LAST.plan = plan
                 return plan
@@ -158,8 +158,8 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
             data = lane[5](tensors, scalars)
             if data is not None:
                 next(CACHE._hits)
-                lane[8] += 1
-                if not lane[8] & LANE_LRU_EVERY:
+                lane[7] += 1
+                if not lane[7] & LANE_LRU_EVERY:
                     _lane_lru(lane[4])
                 if type(ws) is np.ndarray:
                     ws = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
@@ -192,7 +192,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else cupy_ndarray()
         # the cached path: the plan's generated binder (_fastbind) makes this loop's fast-path test for
         # every tensor at once; None when some buffer needs the loop (its checks and errors)
-        bound = (plan.__dict__.get("gpu_binder") or _fastbind.binder(plan))(tensors, scalars) if raw else None
+        bound = (plan.gpu_binder or _fastbind.binder(plan))(tensors, scalars) if raw else None
         if bound is not None:
             data = bound
         for uid, t, by_value, written, need, st, acc in (_program(plan) if bound is None else ()):
@@ -221,7 +221,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     return plan
 
 
-# -- lanes: id(key object) -> [key, place, device, plan, full key, lane function, plan.__dict__, is a
+# -- lanes: id(key object) -> [key, place, device, plan, full key, lane function, is a
 # launch-record lane, calls] ---------------------------------------------------------------------------------
 # A family whose key tuple is the same object call after call (kept in its _memo entry) gets a lane on
 # its second general-path call with that object: no plan-cache hashing of the key, no variant-pack dict.
@@ -239,9 +239,8 @@ _DEFAULTS = planner.DEFAULTS_APPLY  # config.unset_fast: no forced engine, fallb
 def _add_lane(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None:
     """Make a lane for ``key_obj`` when the same object came with the last general-path call of
     ``plan`` and ``plan`` is the cached plan of ``full_key`` (no forced engine in the environment)."""
-    d = plan.__dict__
-    if d.get("lane_key") is not key_obj:
-        d["lane_key"] = key_obj  # the first sighting: a key made per call never comes again
+    if plan.lane_key is not key_obj:
+        plan.lane_key = key_obj  # the first sighting: a key made per call never comes again
         return
     if not _DEFAULTS() or CACHE._d.get(full_key) is not plan:
         return
@@ -250,12 +249,12 @@ def _add_lane(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None
     if not record:
         if getattr(plan, "_path", None) is not None:  # records that cannot be laned: the general path
             return
-        fn = d.get("gpu_binder") or _fastbind.binder(plan)
+        fn = plan.gpu_binder or _fastbind.binder(plan)
         if fn is _fastbind._none:
             return
     if len(_LANES) >= LANES_MAX:
         _LANES.clear()
-    _LANES[id(key_obj)] = [key_obj, place, device, plan, full_key, fn, d, record, 0]
+    _LANES[id(key_obj)] = [key_obj, place, device, plan, full_key, fn, record, 0]
 
 
 def _lane_lru(full_key) -> None:
@@ -271,7 +270,7 @@ def cached_plan(handle, key: tuple, build):
     not counted as a plan-cache hit: the call that runs it next counts one)."""
     lane = _LANES.get(id(key))
     if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
-            and "_retired" not in lane[6] and _DEFAULTS():
+            and not lane[3]._retired and _DEFAULTS():
         return lane[3]
     return plan_for(handle, key, build)
 

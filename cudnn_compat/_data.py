@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import numbers
+import weakref
 
 import numpy as np
 
@@ -95,16 +96,21 @@ def extent_bytes(tensor) -> int:
     return span * dtypes.itemsize(tensor.dtype)
 
 
+# id(IR tensor) -> its layout: a side table (the Tensor is frozen), an entry leaving with its tensor
+_LAYOUTS: dict = {}
+
+
 def layout(tensor) -> tuple:
     """(storage dtype, bytes spanned, byte strides, accepted array dtypes) of an IR tensor,
     computed once per tensor object: plans keep their tensors, so a cached call pays a dict
-    lookup here and one dtype identity (or set membership) test per buffer."""
-    spec = tensor.__dict__.get("_layout")
+    lookup (``_LAYOUTS.get(id(tensor))``) and one dtype identity (or set membership) test per buffer."""
+    spec = _LAYOUTS.get(id(tensor))
     if spec is None:
         storage = dtypes.storage_dtype(tensor.dtype)
         spec = (storage, extent_bytes(tensor), tuple(s * storage.itemsize for s in tensor.strides),
                 _ROLE_ACCEPT.get(tensor.name) or _ACCEPT[tensor.dtype])
-        object.__setattr__(tensor, "_layout", spec)
+        weakref.finalize(tensor, _LAYOUTS.pop, id(tensor), None).atexit = False
+        _LAYOUTS[id(tensor)] = spec
     return spec
 
 
@@ -234,7 +240,7 @@ def host_view(data, tensor, argname: str, written: bool = False) -> np.ndarray:
     if type(data) is np.ndarray:
         flags = data.flags
         if flags.c_contiguous and (flags.writeable or not written):
-            spec = tensor.__dict__.get("_layout") or layout(tensor)
+            spec = _LAYOUTS.get(id(tensor)) or layout(tensor)
             dt = data.dtype
             if (dt is spec[0] or dt in spec[3]) and data.nbytes >= spec[1]:
                 return np.ndarray(tensor.dims, dtype=spec[0], buffer=data, offset=0, strides=spec[2])
@@ -339,7 +345,7 @@ def device_pointer(data, tensor, argname: str, written: bool = False) -> int:
         return data
     nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else cupy_ndarray()
     if type(data) is nd:
-        spec = tensor.__dict__.get("_layout") or layout(tensor)
+        spec = _LAYOUTS.get(id(tensor)) or layout(tensor)
         dt = data.dtype
         if (data._c_contiguous or data._f_contiguous) and (dt is spec[0] or dt in spec[3]) and data.nbytes >= spec[1]:
             return data.data.ptr

@@ -29,7 +29,7 @@ def _none(tensors, scalars):
 
 def binder(plan):
     """The plan's generated binder (made on first use, kept on the plan)."""
-    fn = plan.__dict__.get("gpu_binder")
+    fn = plan.gpu_binder
     if fn is not None:
         return fn
     fn = _none
@@ -44,9 +44,8 @@ def binder(plan):
 def lane(plan):
     """The plan's generated lane (made on first use, kept on the plan), or None when the plan has
     no launch records (``plan._path``: records.FastPath) or takes no raw pointers."""
-    d = plan.__dict__
-    if "gpu_lane" in d:
-        return d["gpu_lane"]
+    if plan.gpu_lane is not False:  # made before (a function, or None)
+        return plan.gpu_lane
     fn = None
     path = getattr(plan, "_path", None)
     if getattr(plan, "raw_pointers", False) and path is not None and hasattr(path, "order"):

@@ -32,7 +32,8 @@ from __future__ import annotations
 import numbers
 
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, scalar as scalar_tensor, virtual
-from ._call import ALPHA, BETA, Y_PRIOR_OFFSET, blend, compute_dtype, plan_for, run
+from ._call import ALPHA, BETA, blend, compute_dtype, plan_for, run
+from ._uids import SHARED, Uids, prior_uid
 from ._data import preflight, scalar
 from ._memo import EPOCH, Memo, arrays, key as memo_key, site_get, site_put
 from ._registry import legacy
@@ -51,9 +52,10 @@ MIN_EPSILON = CONSTANTS["CUDNN_BN_MIN_EPSILON"]
 TRAIN_DTYPES = ("float16", "float32", "float64", "bfloat16")  # 002 Tables 8-11 (+BF16)
 INFER_DTYPES = TRAIN_DTYPES + ("int8",)  # 002 Table 6
 
-# uids of the graph tensors; priors (values before the call) are uid + Y_PRIOR_OFFSET
-X, Y, SCALE, BIAS, MEAN, VAR, RMEAN, RVAR, SMEAN, SINV, Z, DY, DX, DSCALE, DBIAS, DZ = range(1, 17)
-ALPHA_P, BETA_P, EPS, FACTOR = 9003, 9004, 9005, 9006  # alphaParamDiff, betaParamDiff, epsilon, factor
+# uids of the graph tensors; priors (values before the call) are prior_uid(uid)
+UIDS = Uids(after=SHARED)
+X, Y, SCALE, BIAS, MEAN, VAR, RMEAN, RVAR, SMEAN, SINV, Z, DY, DX, DSCALE, DBIAS, DZ = UIDS.data(16)
+ALPHA_P, BETA_P, EPS, FACTOR = UIDS.scalar(4)  # alphaParamDiff, betaParamDiff, epsilon, factor
 
 
 # -- argument checks -----------------------------------------------------------------
@@ -150,7 +152,7 @@ def _is_identity(act) -> bool:
 
 def _prior(t: Tensor) -> Tensor:
     """The value of an in/out tensor before the call: a separate uid bound to the same buffer."""
-    return Tensor(t.uid + Y_PRIOR_OFFSET, t.dims, t.strides, t.dtype, name=t.name + "_prior")
+    return Tensor(prior_uid(t.uid), t.dims, t.strides, t.dtype, name=t.name + "_prior")
 
 
 def _eps():

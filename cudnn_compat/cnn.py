@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from cudnn_compat._backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virtual
 from . import _call
 from ._call import ALPHA, BETA, blend, compute_dtype
+from ._uids import SHARED, Uids
 from ._conv_algos import (CuDNNAlgoPerf, INT8_CONFIGS, Layout, MIXED_DTYPES, NON_DETERMINISTIC, PREFERENCE,
                           Problem, TABLES, TENSOR_OP, config_of, unsupported, zero_workspace_algo)
 from ._data import POINTER_MIN, extent_bytes, scalar
@@ -46,9 +47,10 @@ BAD_PARAM, NOT_SUPPORTED = STATUS["CUDNN_STATUS_BAD_PARAM"], STATUS["CUDNN_STATU
 SUCCESS, ALLOC_FAILED = STATUS["CUDNN_STATUS_SUCCESS"], STATUS["CUDNN_STATUS_ALLOC_FAILED"]
 DETERMINISTIC, NON_DET = ENUMS["cudnnDeterminism_t"]["CUDNN_DETERMINISTIC"], ENUMS["cudnnDeterminism_t"]["CUDNN_NON_DETERMINISTIC"]
 
-X, W, Y, Z, BIAS = 1, 2, 3, 4, 5  # uids of the graph's external tensors
-ALPHA2 = 9003
-CONV_OUT, SUM_Z, SUM_BIAS = 8001, 8002, 8003  # virtual tensors
+UIDS = Uids(after=SHARED)  # the convolution graphs' uids (ALPHA, BETA: the output blend's)
+X, W, Y, Z, BIAS = UIDS.data(5)  # the graph's external tensors
+ALPHA2 = UIDS.scalar()
+CONV_OUT, SUM_Z, SUM_BIAS = UIDS.virtual(3)  # virtual tensors
 
 
 # -- convolution descriptor (002 §5.2.11, §5.2.12, §5.2.17, §5.2.25-§5.2.29, §5.2.33-§5.2.37) ------

@@ -568,18 +568,73 @@ def _warn_tensor_core(kind, shapes, conv_param):
                    .format(kind, shapes, conv_param[0], conv_param[1]), _performance_warning())
 
 
+class _Direction:
+    """One row of ``_DIRECTIONS``: how CuPy 13 searches the algorithm of one convolution direction.
+    Its helpers take (a, b, c, conv_param, handle, a_desc, b_desc, conv_desc, c_desc, ...): the
+    three arrays and descriptors in the order the Find*Ex_v7 function takes them."""
+
+    __slots__ = ("find", "get", "find_cache", "get_cache", "kind", "names", "shape_order", "x", "skip_warning")
+
+    def __init__(self, find, get, find_cache, get_cache, kind, names, shape_order, x, skip_warning):
+        self.find, self.get = find, get  # cudnn.find*AlgorithmEx_v7, cudnn.get*Algorithm_v7 (by name: patchable)
+        self.find_cache, self.get_cache = find_cache, get_cache  # CuPy 13's two caches of the direction
+        self.kind, self.names = kind, names  # the warnings' words: "forward", and the arrays' names
+        self.shape_order = shape_order  # the arrays whose shapes key the caches, in CuPy 13's key order
+        self.x = x  # which array is x (its device keys the caches, its place gets the Find workspace)
+        self.skip_warning = skip_warning  # Get warns of a skipped faster algorithm: "always" or "tensor_core"
+
+
+_DIRECTIONS = {
+    "fwd": _Direction("findConvolutionForwardAlgorithmEx_v7", "getConvolutionForwardAlgorithm_v7",
+                      _algorithm_fwd_cache, _get_algorithm_fwd_cache, "forward", ("x", "W", "y"), (0, 1, 2), 0,
+                      "always"),
+    "bwd filter": _Direction("findConvolutionBackwardFilterAlgorithmEx_v7", "getConvolutionBackwardFilterAlgorithm_v7",
+                             _algorithm_bwd_filter_cache, _get_algorithm_bwd_filter_cache, "backward filter",
+                             ("x", "dy", "dW"), (0, 2, 1), 0, "tensor_core"),
+    "bwd data": _Direction("findConvolutionBackwardDataAlgorithmEx_v7", "getConvolutionBackwardDataAlgorithm_v7",
+                           _algorithm_bwd_data_cache, _get_algorithm_bwd_data_cache, "backward data",
+                           ("W", "x", "y"), (0, 1, 2), 1, "tensor_core"),
+}
+
+
+def _warn_algorithm(what, arrays, conv_param):
+    d = _DIRECTIONS[what]
+    _warn_tensor_core(d.kind, ", ".join("{}.shape:{}".format(n, a.shape) for n, a in zip(d.names, arrays)), conv_param)
+
+
 def _warn_algorithm_fwd(x, W, y, conv_param):
-    _warn_tensor_core("forward", "x.shape:{}, W.shape:{}, y.shape:{}".format(x.shape, W.shape, y.shape), conv_param)
+    _warn_algorithm("fwd", (x, W, y), conv_param)
 
 
 def _warn_algorithm_bwd_filter(x, dy, dW, conv_param):
-    _warn_tensor_core("backward filter", "x.shape:{}, dy.shape:{}, dW.shape:{}".format(x.shape, dy.shape, dW.shape),
-                      conv_param)
+    _warn_algorithm("bwd filter", (x, dy, dW), conv_param)
 
 
 def _warn_algorithm_bwd_data(W, x, y, conv_param):
-    _warn_tensor_core("backward data", "W.shape:{}, x.shape:{}, y.shape:{}".format(W.shape, x.shape, y.shape),
-                      conv_param)
+    _warn_algorithm("bwd data", (W, x, y), conv_param)
+
+
+def _search(what, auto_tune, arrays, conv_param, handle, descs, max_workspace_size, use_tensor_core,
+            deterministic=False):
+    """The algorithm of direction ``what`` (a ``_DIRECTIONS`` key) for CuPy 13's six helpers:
+    ``auto_tune``: the fastest measured one (Find*Ex_v7 with a max_workspace_size workspace, cached
+    in the direction's Find cache), else the heuristics' first within max_workspace_size (Get_v7,
+    its Get cache).  ``arrays``: (a, b, c); ``descs``: (a_desc, b_desc, conv_desc, c_desc)."""
+    d = _DIRECTIONS[what]
+    x = arrays[d.x]
+    key = (_device_id(x),) + tuple(arrays[i].shape for i in d.shape_order) + (conv_param, max_workspace_size)
+    da, db, dconv, dc = descs
+    (a, b, c) = arrays
+    if auto_tune:
+        algo = _find(d.find_cache, key, lambda n, ws, size: getattr(cudnn, d.find)(
+            handle, da, a, db, b, dconv, dc, c, n, ws, size), max_workspace_size, _place(x), deterministic)
+    else:
+        algo = _get(d.get_cache, key, lambda n: getattr(cudnn, d.get)(handle, da, db, dconv, dc, n),
+                    max_workspace_size, what, deterministic,
+                    warn_skip=True if d.skip_warning == "always" else use_tensor_core)
+    if use_tensor_core and algo.mathType != cudnn.CUDNN_TENSOR_OP_MATH:
+        _warn_algorithm(what, arrays, conv_param)
+    return algo
 
 
 def _find(cache, key, find, max_workspace_size, place, deterministic=False):
@@ -623,70 +678,41 @@ def _get(cache, key, get_v7, max_workspace_size, what, deterministic=False, warn
     return algo
 
 
+# CuPy 13's six helpers (their names and signatures), each one row of _DIRECTIONS through _search
 def _find_algorithm_fwd(x, W, y, conv_param, handle, x_desc, filter_desc, conv_desc, y_desc, max_workspace_size,
                         use_tensor_core):
-    key = (_device_id(x), x.shape, W.shape, y.shape, conv_param, max_workspace_size)
-    algo = _find(_algorithm_fwd_cache, key, lambda n, ws, size: cudnn.findConvolutionForwardAlgorithmEx_v7(
-        handle, x_desc, x, filter_desc, W, conv_desc, y_desc, y, n, ws, size), max_workspace_size, _place(x))
-    if use_tensor_core and algo.mathType != cudnn.CUDNN_TENSOR_OP_MATH:
-        _warn_algorithm_fwd(x, W, y, conv_param)
-    return algo
+    return _search("fwd", True, (x, W, y), conv_param, handle, (x_desc, filter_desc, conv_desc, y_desc),
+                   max_workspace_size, use_tensor_core)
 
 
 def _get_algorithm_fwd(x, W, y, conv_param, handle, x_desc, filter_desc, conv_desc, y_desc, max_workspace_size,
                        use_tensor_core):
-    key = (_device_id(x), x.shape, W.shape, y.shape, conv_param, max_workspace_size)
-    algo = _get(_get_algorithm_fwd_cache, key, lambda n: cudnn.getConvolutionForwardAlgorithm_v7(
-        handle, x_desc, filter_desc, conv_desc, y_desc, n), max_workspace_size, "fwd")
-    if use_tensor_core and algo.mathType != cudnn.CUDNN_TENSOR_OP_MATH:
-        _warn_algorithm_fwd(x, W, y, conv_param)
-    return algo
+    return _search("fwd", False, (x, W, y), conv_param, handle, (x_desc, filter_desc, conv_desc, y_desc),
+                   max_workspace_size, use_tensor_core)
 
 
 def _find_algorithm_bwd_filter(x, dy, dW, conv_param, handle, x_desc, dy_desc, conv_desc, filter_desc,
                                max_workspace_size, use_tensor_core, deterministic):
-    key = (_device_id(x), x.shape, dW.shape, dy.shape, conv_param, max_workspace_size)
-    algo = _find(_algorithm_bwd_filter_cache, key, lambda n, ws, size:
-                 cudnn.findConvolutionBackwardFilterAlgorithmEx_v7(handle, x_desc, x, dy_desc, dy, conv_desc,
-                                                                   filter_desc, dW, n, ws, size),
-                 max_workspace_size, _place(x), deterministic)
-    if use_tensor_core and algo.mathType != cudnn.CUDNN_TENSOR_OP_MATH:
-        _warn_algorithm_bwd_filter(x, dy, dW, conv_param)
-    return algo
+    return _search("bwd filter", True, (x, dy, dW), conv_param, handle, (x_desc, dy_desc, conv_desc, filter_desc),
+                   max_workspace_size, use_tensor_core, deterministic)
 
 
 def _get_algorithm_bwd_filter(x, dy, dW, conv_param, handle, x_desc, gy_desc, conv_desc, filter_desc,
                               max_workspace_size, use_tensor_core, deterministic):
-    key = (_device_id(x), x.shape, dW.shape, dy.shape, conv_param, max_workspace_size)
-    algo = _get(_get_algorithm_bwd_filter_cache, key, lambda n: cudnn.getConvolutionBackwardFilterAlgorithm_v7(
-        handle, x_desc, gy_desc, conv_desc, filter_desc, n), max_workspace_size, "bwd filter", deterministic,
-        warn_skip=use_tensor_core)
-    if use_tensor_core and algo.mathType != cudnn.CUDNN_TENSOR_OP_MATH:
-        _warn_algorithm_bwd_filter(x, dy, dW, conv_param)
-    return algo
+    return _search("bwd filter", False, (x, dy, dW), conv_param, handle, (x_desc, gy_desc, conv_desc, filter_desc),
+                   max_workspace_size, use_tensor_core, deterministic)
 
 
 def _find_algorithm_bwd_data(W, x, y, conv_param, handle, filter_desc, x_desc, conv_desc, y_desc,
                              max_workspace_size, use_tensor_core, deterministic):
-    key = (_device_id(x), W.shape, x.shape, y.shape, conv_param, max_workspace_size)
-    algo = _find(_algorithm_bwd_data_cache, key, lambda n, ws, size:
-                 cudnn.findConvolutionBackwardDataAlgorithmEx_v7(handle, filter_desc, W, x_desc, x, conv_desc,
-                                                                 y_desc, y, n, ws, size),
-                 max_workspace_size, _place(x), deterministic)
-    if use_tensor_core and algo.mathType != cudnn.CUDNN_TENSOR_OP_MATH:
-        _warn_algorithm_bwd_data(W, x, y, conv_param)
-    return algo
+    return _search("bwd data", True, (W, x, y), conv_param, handle, (filter_desc, x_desc, conv_desc, y_desc),
+                   max_workspace_size, use_tensor_core, deterministic)
 
 
 def _get_algorithm_bwd_data(W, x, y, conv_param, handle, filter_desc, x_desc, conv_desc, y_desc,
                             max_workspace_size, use_tensor_core, deterministic):
-    key = (_device_id(x), W.shape, x.shape, y.shape, conv_param, max_workspace_size)
-    algo = _get(_get_algorithm_bwd_data_cache, key, lambda n: cudnn.getConvolutionBackwardDataAlgorithm_v7(
-        handle, filter_desc, x_desc, conv_desc, y_desc, n), max_workspace_size, "bwd data", deterministic,
-        warn_skip=use_tensor_core)
-    if use_tensor_core and algo.mathType != cudnn.CUDNN_TENSOR_OP_MATH:
-        _warn_algorithm_bwd_data(W, x, y, conv_param)
-    return algo
+    return _search("bwd data", False, (W, x, y), conv_param, handle, (filter_desc, x_desc, conv_desc, y_desc),
+                   max_workspace_size, use_tensor_core, deterministic)
 
 
 def _add_bias(handle, b, y, y_desc):

@@ -60,7 +60,8 @@ from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar as scalar_tensor, virtual
 from . import batchnorm as bn
 from . import cnn
-from ._call import ALPHA, Y_PRIOR_OFFSET, compute_dtype, plan_for, run
+from ._call import ALPHA, compute_dtype, plan_for, run
+from ._uids import Uids, prior_uid
 from ._data import POINTER_MIN, address, raw_address, scalar
 from ._descriptor import Descriptor, resolve
 from ._registry import legacy
@@ -143,11 +144,12 @@ SLOTS = {
     "dbias": Slot("BN_SCALEBIAS_MEANVAR_DESC", "BN_DBIAS_PLACEHOLDER", "BN_DBIAS", "out"),
 }
 SLOT_UID = {name: i + 1 for i, name in enumerate(SLOTS)}
-# op 6 runs batchnorm's backward graph, whose uids are fixed
+# op 6 runs batchnorm's backward graph, whose uids are batchnorm's; this module's come after them
+UIDS = Uids(after=bn.UIDS)
 BN_UID = {"x": bn.X, "dy": bn.DY, "bitmask": bn.Y, "dz": bn.DZ, "dx": bn.DX, "scale": bn.SCALE,
           "saved_mean": bn.MEAN, "saved_invstd": bn.VAR, "dscale": bn.DSCALE, "dbias": bn.DBIAS,
-          "bias": 50}  # bias is not read by the backward
-EPS, INV_M, KEEP, FACTOR, FACTOR_UNBIASED, ONE, ZERO = 9101, 9102, 9103, 9104, 9105, 9106, 9107  # by-value scalars
+          "bias": UIDS.data()}  # bias is not read by the backward: a uid of no tensor of its graph
+EPS, INV_M, KEEP, FACTOR, FACTOR_UNBIASED, ONE, ZERO = UIDS.scalar(7)  # by-value scalars
 
 
 @dataclass(frozen=True)
@@ -640,7 +642,7 @@ class Problem:
         for slot, value, factor in (("running_mean", mean, FACTOR), ("running_var", var, FACTOR_UNBIASED)):
             if slot in d:
                 cur = self.tensor(slot)
-                prior = Tensor(cur.uid + Y_PRIOR_OFFSET, cur.dims, cur.strides, cur.dtype, name=slot + "_prior")
+                prior = Tensor(prior_uid(cur.uid), cur.dims, cur.strides, cur.dtype, name=slot + "_prior")
                 g.pw("ADD", prior, value(), out=cur, alpha1=s(KEEP, "1-f"), alpha2=s(factor, "f"))
 
     def _build_3(self, g):

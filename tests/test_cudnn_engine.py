@@ -405,8 +405,11 @@ def fake_cudnn(monkeypatch):
     g = conv_graph(beta_zero=False, dtype="float16")
     spec = candidates(g)[0]
     base = _FakeDesc("EXECUTION_PLAN")
-    plan = plan_mod.CudnnPlan(g, EngineConfig("cudnn", (), frozenset({"DETERMINISTIC"}), 5), spec, 77,
-                              FakeNative(spec, 0), base, 0, [base], spec.representative())
+    class Plan(plan_mod.CudnnPlan):
+        __slots__ = ("base_ptr", "rt", "spec_graph")  # what the tests below read of the fixture
+
+    plan = Plan(g, EngineConfig("cudnn", (), frozenset({"DETERMINISTIC"}), 5), spec, 77,
+                FakeNative(spec, 0), base, 0, [base], spec.representative())
     plan.base_ptr, plan.rt, plan.spec_graph = base.ptr, rt, g
     return plan, executes, fallbacks
 

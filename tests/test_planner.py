@@ -54,8 +54,12 @@ def test_heuristics_modes_and_forced_engine(monkeypatch):
 
 
 def test_plan_cache_lru_and_info():
-    class P:
-        released = False
+    class P(ExecutionPlan):  # the cache keeps its use counts in ExecutionPlan's declared fields
+        __slots__ = ("released",)
+
+        def __init__(self):
+            super().__init__(None, None)
+            self.released = False
 
         def release(self):
             self.released = True

@@ -71,12 +71,47 @@ class VariantPack:
 
 
 class ExecutionPlan:
-    """CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR."""
+    """CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR.
+
+    Every field a plan carries is declared here (``__slots__``): what the engine gives it, and
+    what the planner, the plan cache and the legacy layer keep on it, each set by the one module
+    named beside it.  An engine's plan class declares its own fields in its own ``__slots__``;
+    setting any other attribute raises AttributeError (tests/test_plan_state.py).  Engine
+    protocol attributes with a class-level default, overridden by engines that have them:
+    ``raw_pointers`` (the plan may be bound with device pointers as ints) and ``fast``
+    (``fast(data, stream) -> bool``, planner.execute's cached path)."""
+
+    __slots__ = (
+        "graph", "config", "workspace_size",  # the engine's build
+        "place", "declines",  # planner.make_plan / backend_api: where it runs, engines passed over (explain, trace)
+        "cpu_fallback",  # planner._check_cpu_fallback: the reference engine ran a GPU-place call
+        "failures",  # planner._replan: [(engine, reason)] of the engines that failed at execute
+        "last_time",  # planner.execute: seconds of the last general execute (trace)
+        "_users", "_retired", "_released",  # plan_cache.acquire/done/retire: running calls, evicted, freed
+        "externals", "written_uids", "bind_program",  # cudnn_compat._call: per-plan binding tables, made once
+        "lane_key",  # cudnn_compat._call._add_lane: the key object of the last general-path call
+        "gpu_binder", "gpu_lane",  # cudnn_compat._fastbind: the generated binder and launch-record lane
+        "fuse_static",  # cudnn_compat.fusion._static: what a deferred record needs of the plan, made once
+        "__weakref__",
+    )
+
+    raw_pointers = False
+    fast = None
 
     def __init__(self, graph, config: EngineConfig, workspace_size: int = 0):
         self.graph = graph
         self.config = config
         self.workspace_size = workspace_size
+        self.place = None
+        self.declines = []
+        self.cpu_fallback = False
+        self.failures = []
+        self.last_time = None
+        self._users = 0
+        self._retired = self._released = False
+        self.externals = self.written_uids = self.bind_program = None
+        self.lane_key = self.gpu_binder = self.fuse_static = None
+        self.gpu_lane = False  # not made yet (made: the lane function, or None for no lane)
 
     @property
     def engine(self) -> str:

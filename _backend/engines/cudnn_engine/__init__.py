@@ -10,10 +10,13 @@
 - ``lib``: libcudnn 9 through ctypes, found with ``cuda.pathfinder``.
 
 Importing needs neither CuPy nor libcudnn; ``available()`` says why the engine cannot
-run when it cannot.  Every decision about a graph is cached on the graph object, so
-``configs`` (heuristics) and ``build`` (plan finalize) of one graph share the work.
+run when it cannot.  Every decision about a graph is kept for the graph object (``_STATES``,
+a side table keyed weakly by the graph), so ``configs`` (heuristics) and ``build`` (plan
+finalize) of one graph share the work.
 """
 from __future__ import annotations
+
+import weakref
 
 from ..base import REGISTRY, Engine, EngineConfig, EngineDeclined
 from . import autotune as _autotune
@@ -43,8 +46,12 @@ class _State:
         self.pending = {}
 
 
+# IR graph -> its _State, for as long as the graph lives (the plans keep their graphs)
+_STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _state(graph) -> _State:
-    st = graph.__dict__.get("_cudnn_state")
+    st = _STATES.get(graph)
     if st is None:
         st = _State()
         try:
@@ -52,7 +59,7 @@ def _state(graph) -> _State:
             st.spec = st.candidates[0]
         except Decline as e:
             st.reason = e.reason
-        graph.__dict__["_cudnn_state"] = st
+        _STATES[graph] = st
     return st
 
 

@@ -118,6 +118,10 @@ def _baked_key(baked: list):
 
 
 class CudnnPlan(ExecutionPlan):
+    __slots__ = ("spec", "device", "_graphs", "_keep", "_execute", "_subplans", "_base_key", "_plan_ptr", "_baked",
+                 "_key_of", "_scalars", "_binding", "_uids", "_data_srcs", "_get_bufs", "_scalar_slots", "_same",
+                 "_packs", "_pack_descs", "_ws", "_sub_owned", "sub_configs", "autotune", "_lock", "_cuda_graphs")
+
     def __init__(self, graph, config, spec, device: int, native_graph: NativeGraph, plan_desc, workspace: int,
                  keep: list, values: tuple):
         super().__init__(graph, config, workspace)

@@ -36,11 +36,12 @@ class CupyPlan(ExecutionPlan):
     patch the argument slots, launch.  Such plans take raw device pointers (``raw_pointers``:
     the legacy layer binds a caller's buffer as its address after the same checks)."""
 
-    fast = None  # fast(data, stream) -> bool once a record exists (records.FastPath.compile)
+    __slots__ = ("runs", "_ext", "_path", "raw_pointers", "fast")
 
     def __init__(self, graph, config, runs):
         super().__init__(graph, config, workspace_size=0)
         self.runs = runs
+        self.fast = None  # fast(data, stream) -> bool once a record exists (records.FastPath.compile)
         ext = {t.uid: t for t in list(graph.external_inputs()) + list(graph.external_outputs())}
         self._ext = {u: t for u, t in ext.items() if not t.is_by_value}
         self._path = None

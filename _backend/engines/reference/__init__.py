@@ -33,6 +33,8 @@ def _to_host(buf):
 
 
 class ReferencePlan(ExecutionPlan):
+    __slots__ = ()
+
     def execute(self, pack, stream=None):
         graph = self.graph
         env = {}
