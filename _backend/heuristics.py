@@ -56,9 +56,8 @@ def get_engine_configs(graph, place: str, mode: str = "A", forced: "str | None" 
 # -- which op kinds each engine runs (cudnn-compat doctor --ops, explain, tests/test_op_coverage.py) --
 
 def all_op_kinds() -> list:
-    """Every op kind of the graph IR (``ir.OP_SPECS`` with the kinds the validate modules add)."""
-    from . import validate  # noqa: F401 - registers the RNN, CTC and sampler kinds
-    from .ir import OP_SPECS
+    """Every op kind of the graph IR (``ops.OP_SPECS``, assembled from the family modules)."""
+    from .ops import OP_SPECS
     return sorted(OP_SPECS)
 
 

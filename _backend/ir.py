@@ -9,8 +9,9 @@ after the backend descriptor it mirrors and binds tensors to roles.
 ``OperationGraph.finalize`` checks dataflow before any engine sees the graph and
 raises ``GraphError`` naming the check that failed (seed 004's complaint).
 
-Op kinds and their roles are listed in ``OP_SPECS``; the semantics of each kind
-are given in docs/graph_ops.md and implemented by every engine.
+Op kinds, their roles and per-kind rules are the package ``ops`` (one module per family,
+assembled into ``ops.OP_SPECS``); the semantics of each kind are given in docs/graph_ops.md
+and implemented by every engine.
 """
 from __future__ import annotations
 
@@ -18,15 +19,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .dtypes import DTYPES
-
-
-class GraphError(Exception):
-    """A graph that fails a finalize check.  ``status`` is 'BAD_PARAM' or 'NOT_SUPPORTED'."""
-
-    def __init__(self, check: str, message: str, status: str = "BAD_PARAM"):
-        super().__init__(f"{check}: {message}")
-        self.check = check
-        self.status = status
+from .ops import OP_SPECS, GraphError, validate_op
 
 
 @dataclass(frozen=True)
@@ -74,50 +67,6 @@ def virtual(uid: int, dims, dtype: str = "float32", name: str = "") -> Tensor:
 def scalar(uid: int, dtype: str = "float32", name: str = "") -> Tensor:
     """A by-value host scalar (alpha, beta, epsilon...) passed in the variant pack."""
     return Tensor(uid, (1,), (1,), dtype, is_by_value=True, name=name)
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    required_inputs: tuple
-    optional_inputs: tuple = ()
-    required_outputs: tuple = ()
-    optional_outputs: tuple = ()
-
-
-# Op kinds, named after the backend operation descriptors where one exists (002 ch. 9,
-# 000 "Supported graph patterns"); the legacy-only ones (Softmax, LRN, ...) keep their
-# legacy names.  Roles are the tensor attributes of the descriptor, lower-cased.
-OP_SPECS: dict[str, OpSpec] = {
-    # y = op(alpha1 * x [, alpha2 * b]) ; x, b broadcast to y (dims of 1).  attrs: mode, ...
-    "Pointwise": OpSpec(("x",), ("b", "alpha1", "alpha2"), ("y",)),
-    # y = reduce_mode over the dims where y has 1 and x does not. attrs: mode, nan_propagation
-    "Reduction": OpSpec(("x",), (), ("y",), ("indices",)),
-    "Matmul": OpSpec(("a", "b"), (), ("c",)),
-    # attrs: mode, pre_padding, post_padding, stride, dilation, groups, compute_type, math_type
-    "ConvolutionForward": OpSpec(("x", "w"), (), ("y",)),
-    "ConvolutionBackwardData": OpSpec(("dy", "w"), (), ("dx",)),
-    "ConvolutionBackwardFilter": OpSpec(("x", "dy"), (), ("dw",)),
-    # pooling; attrs: mode, window, pre_padding, post_padding, stride, nan_propagation
-    "ResampleForward": OpSpec(("x",), (), ("y",)),
-    "ResampleBackward": OpSpec(("dy", "x", "y"), (), ("dx",)),
-    # attrs: algorithm ('FAST'|'ACCURATE'|'LOG'), axes (reduced dims)
-    "Softmax": OpSpec(("x",), (), ("y",)),
-    "SoftmaxBackward": OpSpec(("y", "dy"), (), ("dx",)),
-    # attrs: n, alpha, beta, k
-    "LRNForward": OpSpec(("x",), (), ("y",)),
-    "LRNBackward": OpSpec(("x", "y", "dy"), (), ("dx",)),
-    "DivisiveNormalizationForward": OpSpec(("x",), ("means",), ("y",)),
-    "DivisiveNormalizationBackward": OpSpec(("x", "dy"), ("means",), ("dx",), ("dmeans",)),
-    # batch norm; attrs: phase ('TRAINING'|'INFERENCE'), axes (dims reduced), epsilon, exp_avg_factor
-    "NormForward": OpSpec(
-        ("x", "scale", "bias"),
-        ("mean", "inv_variance", "running_mean", "running_var", "epsilon", "exp_avg_factor"),
-        ("y",),
-        ("saved_mean", "saved_inv_variance", "next_running_mean", "next_running_var"),
-    ),
-    "NormBackward": OpSpec(("x", "dy", "scale"), ("saved_mean", "saved_inv_variance", "epsilon"),
-                           ("dx",), ("dscale", "dbias")),
-}
 
 
 @dataclass
@@ -235,7 +184,6 @@ class OperationGraph:
             t = by_uid[uid]
             if t.is_virtual and uid not in consumed:
                 raise GraphError("VIRTUAL_TENSOR_CONSUMER", f"virtual tensor {uid} written by op {i} is never read")
-        from .validate import validate_op  # per-kind shape rules
         for i, op in enumerate(self.ops):
             validate_op(i, op)
         self.finalized = True

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from cudnn_compat._backend.dtypes import itemsize
 from cudnn_compat._backend.ir import GraphError, Operation, Tensor, scalar as scalar_tensor, virtual
-from cudnn_compat._backend.validate import validate_op
-from cudnn_compat._backend.validate_conv import ROLES as CONV_ROLES
-from cudnn_compat._backend.validate_tensor import POINTWISE_BINARY, POINTWISE_UNARY
+from cudnn_compat._backend.ops import validate_op
+from cudnn_compat._backend.ops.convolution import ROLES as CONV_ROLES
+from cudnn_compat._backend.ops.pointwise import POINTWISE_BINARY, POINTWISE_UNARY
 from . import backend_attrs as A
 from .enums import ENUMS, name_of
 from .errors import CUDNN_STATUS_BAD_PARAM as BAD, CUDNN_STATUS_NOT_SUPPORTED as NOT_SUP
@@ -231,7 +231,7 @@ class OpNode:
 def _node(d, type_name, tensors, reads, writes, lower, roles):
     node = OpNode(type_name, tensors, tuple(reads), tuple(writes), lower, roles)
     ctx = Lowering()
-    for i, op in enumerate(lower(ctx)):  # the per-kind rules of _backend/validate*.py, now
+    for i, op in enumerate(lower(ctx)):  # the per-kind rules of _backend/ops/, now
         try:
             validate_op(i, op)
         except GraphError as e:

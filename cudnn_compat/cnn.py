@@ -3,7 +3,7 @@
 BackwardData, BackwardFilter, BackwardBias, BiasActivationForward, and the algorithm queries
 (MaxCount, Get*_v7, Find*, Find*Ex, Get*WorkspaceSize) for the three directions.
 
-Every compute call is one graph (see ``_backend/validate_conv.py`` for the conv op attrs):
+Every compute call is one graph (see ``_backend/ops/convolution.py`` for the conv op attrs):
     Forward        ConvolutionForward(x, w) -> c ; y = alpha*c + beta*y
     BackwardData   ConvolutionBackwardData(dy, w) -> c ; dx = alpha*c + beta*dx
     BackwardFilter ConvolutionBackwardFilter(x, dy) -> c ; dw = alpha*c + beta*dw
@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from cudnn_compat._backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virtual
+from cudnn_compat._backend.ops.convolution import output_dims
 from . import _call
 from ._call import ALPHA, BETA, blend, compute_dtype
 from ._uids import SHARED, Uids
@@ -90,7 +91,7 @@ class ConvolutionDescriptor(Descriptor):
         return DTYPE_NAME.get(self.computeType) if self.computeType not in VECTOR_WIDTH else None
 
     def attrs(self, algo_name: "str | None", math: int) -> dict:
-        """The conv op attrs of ``_backend/validate_conv.py``."""
+        """The conv op attrs of ``_backend/ops/convolution.py``."""
         return {
             "mode": name_of("cudnnConvolutionMode_t", self.mode)[len("CUDNN_"):],
             "pre_padding": self.pad, "post_padding": self.pad, "stride": self.stride,
@@ -397,8 +398,7 @@ def _conv_call(dr: Direction, first, second, out, convDesc) -> ConvCall:
     check(wd.dims[0] % g == 0, wn, f"K={wd.dims[0]} is not a multiple of groupCount={g}", dr.groups_status)
     for i, (s, r, p, dl) in enumerate(zip(xd.dims[2:], wd.dims[2:], cd.pad, cd.dilation)):
         check((r - 1) * dl + 1 <= s + 2 * p, wn, f"dilated filter dim {i} is larger than the padded input ({s + 2 * p})")
-    want = tuple([xd.dims[0], wd.dims[0]] + [1 + (s + 2 * p - ((r - 1) * dl + 1)) // u for s, r, p, u, dl in
-                                              zip(xd.dims[2:], wd.dims[2:], cd.pad, cd.stride, cd.dilation)])
+    want = output_dims(xd.dims, wd.dims, cd.pad, cd.pad, cd.stride, cd.dilation)
     check(yd.dims == want, yn, f"dims {yd.dims} differ from the convolution's output dims {want}", dr.dims_status)
     return ConvCall(dr, xd, wd, yd, cd, config)
 

@@ -52,7 +52,7 @@ import numpy as np
 from cudnn_compat._backend import planner
 from cudnn_compat._backend.heuristics import ORDER, engine_order, forced_engine
 from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tensor
-from . import _call, _registry, trace as _trace
+from . import _call, _registry
 from ._data import _host_view, bind, device_pointer, dtype_ok, extent_bytes
 from .errors import CuDNNError, bad_param
 from .handle import get_handle, on_device, wrong_device
@@ -279,8 +279,8 @@ class Scope:
             raise _registry.graph_error(e, "fuse") from None
         _call._LAST.plan = plan
         self.graphs[plan.engine] = self.graphs.get(plan.engine, 0) + 1
-        if _trace.active() is not None:
-            _trace.active().record_flush(h, plan, key, list(names))
+        for hook in tuple(FLUSH_HOOKS):
+            hook(h, plan, key, list(names))
 
 
 def _cupy_ndarray():
@@ -659,6 +659,9 @@ class _State(threading.local):
 _TL = _State()
 _installed = [0]
 _ilock = threading.Lock()
+# observers hook(handle, plan, key, functions) of every fused graph a flush runs: the active
+# trace recorder's record_flush (trace.py installs it while it records)
+FLUSH_HOOKS: list = []
 
 
 def _on_call(proceed, c_name, args, kwargs):

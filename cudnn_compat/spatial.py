@@ -15,7 +15,7 @@ cuDNN path to those NumPy formulas):
 Graphs: the grid generator is one Matmul of a constant base grid [1, H*W, 3] (rows
 [x_w, y_h, 1]) with theta^T, a strided view of theta; its backward is dgrid^T @ base.  The
 sampler is the composite SpatialTfSamplerForward/Backward op (bilinear, zero outside the
-image; _backend/validate_adv.py) followed by the output blend: y = alpha*sample + beta*y,
+image; _backend/ops/ctc_sampler.py) followed by the output blend: y = alpha*sample + beta*y,
 dx = alpha*dx_sample + beta*dx, dgrid = alphaDgrid*dgrid_sample + betaDgrid*dgrid, a beta
 of 0 never reading the output.
 """
@@ -25,7 +25,6 @@ from functools import lru_cache
 
 import numpy as np
 
-import cudnn_compat._backend.validate  # noqa: F401  (registers the sampler op kinds)
 from cudnn_compat._backend.ir import Operation
 from . import _bound_graph as bg
 from ._call import compute_dtype

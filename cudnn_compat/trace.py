@@ -49,6 +49,7 @@ from . import _call, _registry
 from ._data import POINTER_MIN, extent_bytes, raw_address
 from ._descriptor import Descriptor
 from .errors import CuDNNError, getErrorString
+from .fusion import FLUSH_HOOKS, deferring
 
 FORMAT = 1
 SCALAR_PARAMS = ("alpha", "beta", "value")  # parameter-name prefixes of host scalars (002 "Scaling Parameters")
@@ -292,7 +293,6 @@ class Recorder:
         k = len(entry["runs"])
         run = {}
         entry["runs"].append(run)
-        from .fusion import deferring
         if deferring():  # a fuse() block records this call: its inputs may not be computed yet
             plan = proceed(handle, key, build, tensors, scalars, *rest)
             if plan is None:
@@ -477,6 +477,7 @@ def start(path, tensors: bool = False) -> Recorder:
         _STACK.append(rec)
         _registry.HOOKS.insert(0, rec.on_call)  # outermost: it sees what fusion decides
         _call.HOOKS.insert(0, rec.on_run)
+        FLUSH_HOOKS.insert(0, rec.record_flush)
     return rec
 
 
@@ -492,13 +493,14 @@ def stop(rec: "Recorder | None" = None) -> None:
                 if _STACK:
                     _registry.HOOKS.insert(0, _STACK[-1].on_call)
                     _call.HOOKS.insert(0, _STACK[-1].on_run)
+                    FLUSH_HOOKS.insert(0, _STACK[-1].record_flush)
             else:
                 _STACK.remove(rec)
     rec.close()
 
 
 def _uninstall(rec: Recorder) -> None:
-    for hooks, fn in ((_registry.HOOKS, rec.on_call), (_call.HOOKS, rec.on_run)):
+    for hooks, fn in ((_registry.HOOKS, rec.on_call), (_call.HOOKS, rec.on_run), (FLUSH_HOOKS, rec.record_flush)):
         if fn in hooks:
             hooks.remove(fn)
 

@@ -14,7 +14,7 @@ from cudnn_compat._backend.engines.cupy_engine import ENGINE, kernel_sources
 from cudnn_compat._backend.engines.cupy_engine.steps import KernelRun, PyRun
 from cudnn_compat._backend.engines.reference import ReferencePlan
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar, virtual
-from cudnn_compat._backend.validate_conv import output_dims
+from cudnn_compat._backend.ops.convolution import output_dims
 
 ALPHA, BETA = 9001, 9002
 

@@ -18,8 +18,8 @@ from cudnn_compat._backend.engines.cupy_engine import rnn as grnn
 from cudnn_compat._backend.engines.reference import KERNELS
 from cudnn_compat._backend.engines.reference.rnn import bernoulli_keep
 from cudnn_compat._backend.ir import Operation, Tensor, packed_strides, scalar
-from cudnn_compat._backend.validate import validate_op
-from cudnn_compat._backend.validate_rnn import GATES, row_map, rows_of
+from cudnn_compat._backend.ops import validate_op
+from cudnn_compat._backend.ops.rnn import GATES, row_map, rows_of
 
 pytestmark = pytest.mark.skipif(kernel_emu.available() is not None, reason=str(kernel_emu.available()))
 

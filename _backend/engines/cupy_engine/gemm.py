@@ -1,6 +1,6 @@
 """Matmul and the convolutions as GEMMs on cuBLAS through ``cupy.matmul``: a correct fallback
 for every case the reference engine accepts (002 §5.2.10 ConvolutionForward, §5.2.8
-BackwardData, §6.2.2 BackwardFilter; attrs in ``_backend/validate_conv.py``); the native
+BackwardData, §6.2.2 BackwardFilter; attrs in ``_backend/ops/convolution.py``); the native
 cuDNN engine is the fast path.
 
 im2col: the zero-padded input viewed as (N, groups, C/g * taps, output positions) by
@@ -27,7 +27,7 @@ import math
 import threading
 
 from ...math_policy import gemm_compute
-from ...validate_conv import geometry
+from ...ops.convolution import geometry
 from . import runtime
 from .steps import PyRun, Writer, compute_of, read
 

@@ -1,4 +1,4 @@
-"""GPU kernels of the RNN recurrence ops and of ``Rng`` (definitions in _backend/validate_rnn.py).
+"""GPU kernels of the RNN recurrence ops and of ``Rng`` (definitions in _backend/ops/rnn.py).
 
 ``RNNRecurrence`` / ``RNNRecurrenceBackward`` become a *program* (pure Python, built once per
 plan): per time step ONE cuBLAS GEMM over all gates, batched over the directions
@@ -35,7 +35,7 @@ import numpy as np
 
 from ... import config as _config
 from ...math_policy import gemm_compute
-from ...validate_rnn import GATES, is_padded, row_map, rows_of
+from ...ops.rnn import GATES, is_padded, row_map, rows_of
 from . import runtime
 from .codegen import PREAMBLE, STORAGE, KernelSpec, load_expr, name_kernel, store_expr
 from .steps import KernelRun, PyRun

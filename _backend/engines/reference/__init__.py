@@ -1,7 +1,7 @@
 """The ``reference`` engine: NumPy on the CPU, float64 arithmetic, exact semantics.
 
 Each op kind has a kernel ``fn(op, ins) -> {role: float64 array}`` registered with
-``@kernel(kind)`` in a module of this package; ``ins`` maps the op's input roles to
+``@kernel(kind)`` (``_kernels.py``) in a module of this package; ``ins`` maps the op's input roles to
 float64 arrays (by-value tensors as 0-d arrays).  All external inputs are loaded
 before any output is stored, so outputs may alias inputs (y read for beta blending).
 On the GPU place the plan copies device buffers to the host and back.
@@ -12,15 +12,7 @@ import numpy as np
 
 from ... import dtypes
 from ..base import REGISTRY, Engine, EngineConfig, ExecutionPlan
-
-KERNELS: dict = {}
-
-
-def kernel(kind: str):
-    def deco(fn):
-        KERNELS[kind] = fn
-        return fn
-    return deco
+from ._kernels import KERNELS, kernel  # noqa: F401
 
 
 def _to_host(buf):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from ._kernels import kernel
 
 
 def _extent(n: int) -> tuple:

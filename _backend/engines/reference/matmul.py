@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from ._kernels import kernel
 
 
 @kernel("Matmul")

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import kernel
+from ._kernels import kernel
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 

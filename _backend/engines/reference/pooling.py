@@ -1,7 +1,7 @@
 """Reference kernels for ResampleForward / ResampleBackward: pooling (002 §3.2.69
 cudnnPoolingForward, §4.1.18 cudnnPoolingBackward, §3.1.2.19 cudnnPoolingMode_t).
 
-Attrs (validated in ``validate_pool_norm``):
+Attrs (validated in ``ops/resample_norm``):
   mode             'MAXPOOL' | 'AVGPOOL_INCLUDE_PADDING' | 'AVGPOOL_EXCLUDE_PADDING'
   window, stride   per spatial dim, > 0
   pre_padding      per spatial dim, may be negative (002 §3.2.86); output index o of a
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from ._kernels import kernel
 
 
 def _windows(op, xshape, yshape):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from ._kernels import kernel
 
 
 def _prod_no_zeros(x, axis):
@@ -71,5 +71,5 @@ def reduction(op, ins):
         y = OPS[mode](x, axes, prop)  # no reduced dim: the op applied elementwise (|x| for AMAX...)
     out = {"y": y}
     if "indices" in op.outputs:
-        out["indices"] = _indices(x, axes, mode, prop, y_t.dims)  # MIN/MAX/AMAX only (validate_tensor)
+        out["indices"] = _indices(x, axes, mode, prop, y_t.dims)  # MIN/MAX/AMAX only (ops/pointwise)
     return out

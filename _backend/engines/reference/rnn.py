@@ -1,6 +1,6 @@
 """Reference kernels for ``Rng`` (dropout masks) and ``RNNRecurrence`` /
 ``RNNRecurrenceBackward`` (the per-step loop of one layer, every direction, in float64); the
-exact definitions are in _backend/validate_rnn.py.
+exact definitions are in _backend/ops/rnn.py.
 
 ``philox4x32_10(counter, key)`` is Random123's Philox4x32-10, vectorized over counters:
 ``counter`` is a uint32 array of shape (n, 4), ``key`` a pair of uint32; it returns the
@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-from . import kernel
+from ...ops.rnn import row_map
+from ._kernels import kernel
 
 PHILOX_M0, PHILOX_M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
@@ -80,7 +81,7 @@ def rng(op, ins):
     return out
 
 
-# -- RNN recurrence (definitions in _backend/validate_rnn.py) ---------------------------------------
+# -- RNN recurrence (definitions in _backend/ops/rnn.py) ---------------------------------------
 
 def _sigmoid(v):
     return 0.5 * (1.0 + np.tanh(0.5 * v))
@@ -96,7 +97,6 @@ def _steps(a, reverse: bool):
     """(t, active sequence indices, their rows, their rows at the step before in the forward order
     of this direction or None, mask of sequences for which t is that first step), in the order
     the forward pass runs (``reverse``: the direction's reversal) -- the backward walks it back."""
-    from ...validate_rnn import row_map
     T, lengths = a["T"], np.asarray(a["lengths"])
     base, bs = row_map(a["layout"], T, a["lengths"])
     for t in (reversed(range(T)) if reverse else range(T)):
@@ -110,7 +110,6 @@ def _steps(a, reverse: bool):
 
 
 def _padding_rows(a):
-    from ...validate_rnn import row_map
     T, lengths = a["T"], a["lengths"]
     if a["layout"] == "PACKED":
         return np.zeros(0, int)

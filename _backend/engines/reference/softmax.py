@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from ._kernels import kernel
 
 
 @kernel("Softmax")

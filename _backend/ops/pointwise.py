@@ -1,9 +1,10 @@
-"""Rules for Pointwise, Reduction and Matmul ops (002 §3.2.2 AddTensor, §3.2.68 OpTensor,
-§3.2.71 ReduceTensor, §3.2.100 TransformTensor; ch. 9 POINTWISE/REDUCTION/MATMUL descriptors).
+"""The Pointwise, Reduction and Matmul op kinds: spec rows and rules (002 §3.2.2 AddTensor,
+§3.2.68 OpTensor, §3.2.71 ReduceTensor, §3.2.100 TransformTensor; ch. 9 POINTWISE/REDUCTION/MATMUL
+descriptors).
 Semantics of each kind: docs/graph_ops.md."""
 from __future__ import annotations
 
-from .validate import broadcastable, fail, rule
+from ._common import NAN_PROPAGATION, OpSpec, broadcastable, fail
 
 POINTWISE_UNARY = {
     "IDENTITY", "SQRT", "NEG", "ABS", "EXP", "LOG", "RSQRT", "RECIPROCAL", "NOT",
@@ -18,13 +19,9 @@ POINTWISE_BINARY = {
     "TANH_BWD_Y", "SIGMOID_BWD_Y", "ELU_BWD_Y", "SWISH_BWD",
 }
 REDUCTION_MODES = {"ADD", "MUL", "MIN", "MAX", "AMAX", "AVG", "NORM1", "NORM2", "MUL_NO_ZEROS"}
-
-
-NAN_PROPAGATION = {"PROPAGATE", "NOT_PROPAGATE"}
 INDEX_MODES = {"MIN", "MAX", "AMAX"}
 
 
-@rule("Pointwise")
 def _pointwise(i, op):
     """y = mode(alpha1*x [, alpha2*b]); x and b broadcast to y.  attrs: ``mode`` (POINTWISE_UNARY
     or POINTWISE_BINARY), ``nan_propagation`` (MIN/MAX/RELU; default PROPAGATE), and per mode
@@ -48,7 +45,6 @@ def _pointwise(i, op):
         fail(i, op, "POINTWISE_NAN_PROPAGATION", f"nan_propagation must be one of {sorted(NAN_PROPAGATION)}")
 
 
-@rule("Reduction")
 def _reduction(i, op):
     """y = mode over the dims where y is 1 and x is not.  attrs: ``mode`` (REDUCTION_MODES),
     ``nan_propagation`` (default NOT_PROPAGATE).  The optional ``indices`` output (int32, y's
@@ -70,7 +66,6 @@ def _reduction(i, op):
             fail(i, op, "REDUCTION_INDICES", f"indices are int32, not {idx.dtype}", "NOT_SUPPORTED")
 
 
-@rule("Matmul")
 def _matmul(i, op):
     """c = a @ b over the last two dims; batch dims of a and b broadcast to c's.  No attrs."""
     a, b, c = op.inputs["a"], op.inputs["b"], op.outputs["c"]
@@ -81,3 +76,12 @@ def _matmul(i, op):
     for t in (a, b):
         if not broadcastable(t.dims[:-2], c.dims[:-2]):
             fail(i, op, "MATMUL_BATCH", "batch dims must equal c's or be 1")
+
+
+KINDS = {
+    # y = op(alpha1 * x [, alpha2 * b]) ; x, b broadcast to y (dims of 1).  attrs: mode, ...
+    "Pointwise": OpSpec(("x",), ("b", "alpha1", "alpha2"), ("y",), rule=_pointwise),
+    # y = reduce_mode over the dims where y has 1 and x does not. attrs: mode, nan_propagation
+    "Reduction": OpSpec(("x",), (), ("y",), ("indices",), rule=_reduction),
+    "Matmul": OpSpec(("a", "b"), (), ("c",), rule=_matmul),
+}

@@ -1,4 +1,5 @@
-"""Rules for ResampleForward/Backward (pooling) and NormForward/Backward (batch norm)
+"""The ResampleForward/Backward (pooling) and NormForward/Backward (batch norm) op kinds: spec
+rows, rules and the shape function ``param_dims``
 (002 §3.2.69/§4.1.18 pooling, §3.2.3/§4.1.2-§4.1.5 batch normalization; ch. 9 Finalize:
 BAD_PARAM for inconsistent attributes, NOT_SUPPORTED for unsupported combinations).
 
@@ -20,10 +21,9 @@ NormForward / NormBackward (batch norm); attrs:
 """
 from __future__ import annotations
 
-from .validate import fail, rule
+from ._common import NAN_PROPAGATION, OpSpec, fail
 
 RESAMPLE_MODES = {"MAXPOOL", "AVGPOOL_INCLUDE_PADDING", "AVGPOOL_EXCLUDE_PADDING"}
-NAN_MODES = {"PROPAGATE", "NOT_PROPAGATE"}
 
 
 def _resample_common(i, op, x, y):
@@ -36,8 +36,8 @@ def _resample_common(i, op, x, y):
         fail(i, op, "RESAMPLE_NC", f"N and C of x {x.dims[:2]} and y {y.dims[:2]} differ")
     if a.get("mode") not in RESAMPLE_MODES:
         fail(i, op, "RESAMPLE_MODE", f"unknown resample mode {a.get('mode')!r}", "NOT_SUPPORTED")
-    if a.get("nan_propagation", "NOT_PROPAGATE") not in NAN_MODES:
-        fail(i, op, "RESAMPLE_NAN", f"nan_propagation must be one of {sorted(NAN_MODES)}")
+    if a.get("nan_propagation", "NOT_PROPAGATE") not in NAN_PROPAGATION:
+        fail(i, op, "RESAMPLE_NAN", f"nan_propagation must be one of {sorted(NAN_PROPAGATION)}")
     s = x.ndim - 2
     for name in ("window", "stride", "pre_padding", "post_padding"):
         v = a.get(name)
@@ -52,12 +52,10 @@ def _resample_common(i, op, x, y):
             fail(i, op, "RESAMPLE_DTYPE", f"data type {t.dtype} is not supported", "NOT_SUPPORTED")
 
 
-@rule("ResampleForward")
 def _resample_forward(i, op):
     _resample_common(i, op, op.inputs["x"], op.outputs["y"])
 
 
-@rule("ResampleBackward")
 def _resample_backward(i, op):
     x, y, dy, dx = op.inputs["x"], op.inputs["y"], op.inputs["dy"], op.outputs["dx"]
     _resample_common(i, op, x, y)
@@ -97,7 +95,6 @@ def _has_scalar(op, name) -> bool:
     return name in op.inputs or name in op.attrs
 
 
-@rule("NormForward")
 def _norm_forward(i, op):
     x, y = op.inputs["x"], op.outputs["y"]
     axes = _norm_axes(i, op, x)
@@ -127,7 +124,6 @@ def _norm_forward(i, op):
         fail(i, op, "NORM_PHASE", f"phase must be 'TRAINING' or 'INFERENCE', got {phase!r}")
 
 
-@rule("NormBackward")
 def _norm_backward(i, op):
     x, dy, dx = op.inputs["x"], op.inputs["dy"], op.outputs["dx"]
     axes = _norm_axes(i, op, x)
@@ -137,3 +133,20 @@ def _norm_backward(i, op):
     _pair(i, op, op.inputs, "saved_mean", "saved_inv_variance")
     if "saved_mean" not in op.inputs and not _has_scalar(op, "epsilon"):
         fail(i, op, "NORM_EPSILON", "without saved statistics the backward pass needs epsilon to recompute them")
+
+
+KINDS = {
+    # pooling; attrs: mode, window, pre_padding, post_padding, stride, nan_propagation
+    "ResampleForward": OpSpec(("x",), (), ("y",), rule=_resample_forward),
+    "ResampleBackward": OpSpec(("dy", "x", "y"), (), ("dx",), rule=_resample_backward),
+    # batch norm; attrs: phase ('TRAINING'|'INFERENCE'), axes (dims reduced), epsilon, exp_avg_factor
+    "NormForward": OpSpec(
+        ("x", "scale", "bias"),
+        ("mean", "inv_variance", "running_mean", "running_var", "epsilon", "exp_avg_factor"),
+        ("y",),
+        ("saved_mean", "saved_inv_variance", "next_running_mean", "next_running_var"),
+        rule=_norm_forward,
+    ),
+    "NormBackward": OpSpec(("x", "dy", "scale"), ("saved_mean", "saved_inv_variance", "epsilon"),
+                           ("dx",), ("dscale", "dbias"), rule=_norm_backward),
+}

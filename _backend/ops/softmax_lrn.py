@@ -1,5 +1,5 @@
-"""Rules for Softmax, SoftmaxBackward, LRNForward/Backward and
-DivisiveNormalizationForward/Backward ops (002 §3.2.96/§4.1.19 softmax, §3.2.65/§4.1.14
+"""The Softmax, SoftmaxBackward, LRNForward/Backward and DivisiveNormalizationForward/Backward
+op kinds: spec rows and rules (002 §3.2.96/§4.1.19 softmax, §3.2.65/§4.1.14
 LRN, §3.2.33/§4.1.6 divisive normalization, §3.2.83 the LRN parameter ranges).
 
 Attributes:
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .validate import fail, rule
+from ._common import OpSpec, fail
 
 SOFTMAX_ALGORITHMS = ("FAST", "ACCURATE", "LOG")
 LRN_MIN_N, LRN_MAX_N, LRN_MIN_K, LRN_MIN_BETA = 1, 16, 1e-5, 0.01  # cudnn.h CUDNN_LRN_*
@@ -29,8 +29,6 @@ def _same_dims(i, op):
     return first.ndim
 
 
-@rule("Softmax")
-@rule("SoftmaxBackward")
 def _softmax(i, op):
     nd = _same_dims(i, op)
     if op.attrs.get("algorithm") not in SOFTMAX_ALGORITHMS:
@@ -56,13 +54,21 @@ def _lrn_params(i, op, min_ndim: int):
         fail(i, op, "LRN_K", f"k must be >= {LRN_MIN_K}, got {a.get('k')!r}")
 
 
-@rule("LRNForward")
-@rule("LRNBackward")
 def _lrn(i, op):
     _lrn_params(i, op, 2)
 
 
-@rule("DivisiveNormalizationForward")
-@rule("DivisiveNormalizationBackward")
 def _divnorm(i, op):
     _lrn_params(i, op, 3)
+
+
+KINDS = {
+    # attrs: algorithm ('FAST'|'ACCURATE'|'LOG'), axes (reduced dims)
+    "Softmax": OpSpec(("x",), (), ("y",), rule=_softmax),
+    "SoftmaxBackward": OpSpec(("y", "dy"), (), ("dx",), rule=_softmax),
+    # attrs: n, alpha, beta, k
+    "LRNForward": OpSpec(("x",), (), ("y",), rule=_lrn),
+    "LRNBackward": OpSpec(("x", "y", "dy"), (), ("dx",), rule=_lrn),
+    "DivisiveNormalizationForward": OpSpec(("x",), ("means",), ("y",), rule=_divnorm),
+    "DivisiveNormalizationBackward": OpSpec(("x", "dy"), ("means",), ("dx",), ("dmeans",), rule=_divnorm),
+}

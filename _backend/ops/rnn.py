@@ -1,4 +1,5 @@
-"""Op kinds and rules for dropout and RNN graphs: ``Rng`` (dropout masks) and the composite
+"""The op kinds of dropout and RNN graphs, their spec rows, rules and shape functions (``row_map``,
+``rows_of``, ``recurrence_shapes``): ``Rng`` (dropout masks) and the composite
 ``RNNRecurrence`` / ``RNNRecurrenceBackward`` (one op per layer: the recurrence over every time
 step and every direction of that layer).
 
@@ -85,13 +86,9 @@ same way, as tensors.)
 """
 from __future__ import annotations
 
-from .ir import OP_SPECS, OpSpec
-from .validate import fail, rule
-
-OP_SPECS["Rng"] = OpSpec(("seed", "offset"), (), ("y",), ("offset_out",))
+from ._common import OpSpec, fail
 
 
-@rule("Rng")
 def _rng(i, op):
     a = op.attrs
     if a.get("distribution", "BERNOULLI") != "BERNOULLI":
@@ -115,13 +112,6 @@ def _rng(i, op):
 
 GATES = {"RELU": 1, "TANH": 1, "LSTM": 4, "GRU": 3}
 LAYOUTS = ("SEQ", "BATCH", "PACKED")
-
-OP_SPECS["RNNRecurrence"] = OpSpec(
-    ("gx", "w_rec"), ("wr", "b_rec", "hx", "cx", "y_in", "fill", "lclip", "rclip"),
-    ("y",), ("hy", "cy", "acts", "c_all", "hpre", "grn"))
-OP_SPECS["RNNRecurrenceBackward"] = OpSpec(
-    ("dy", "w_rec"), ("y", "acts", "c_all", "grn", "wr", "hx", "cx", "dhy", "dcy", "lclip", "rclip"),
-    ("dgates",), ("dgrn", "dr", "dhx", "dcx"))
 
 
 def row_map(layout: str, T: int, lengths) -> tuple:
@@ -229,11 +219,20 @@ def _need(i, op, roles, proj, backward):
         fail(i, op, "RNN_RESERVE", f"mode {mode} needs {sorted(missing)}")
 
 
-@rule("RNNRecurrence")
 def _rnn_recurrence(i, op):
     _recurrence(i, op, False)
 
 
-@rule("RNNRecurrenceBackward")
 def _rnn_recurrence_backward(i, op):
     _recurrence(i, op, True)
+
+
+KINDS = {
+    "Rng": OpSpec(("seed", "offset"), (), ("y",), ("offset_out",), rule=_rng),
+    "RNNRecurrence": OpSpec(
+        ("gx", "w_rec"), ("wr", "b_rec", "hx", "cx", "y_in", "fill", "lclip", "rclip"),
+        ("y",), ("hy", "cy", "acts", "c_all", "hpre", "grn"), rule=_rnn_recurrence),
+    "RNNRecurrenceBackward": OpSpec(
+        ("dy", "w_rec"), ("y", "acts", "c_all", "grn", "wr", "hx", "cx", "dhy", "dcy", "lclip", "rclip"),
+        ("dgates",), ("dgrn", "dr", "dhx", "dcx"), rule=_rnn_recurrence_backward),
+}

@@ -1,5 +1,5 @@
-"""Op kinds and rules for the cudnn_adv families: CTC loss and the spatial transformer sampler
-(002 §8.2.3/§8.2.4 cudnnCTCLoss(_v8), §3.2.98 cudnnSpatialTfSamplerForward, §4.1.21
+"""The op kinds of the cudnn_adv families, their spec rows and rules: CTC loss and the spatial
+transformer sampler (002 §8.2.3/§8.2.4 cudnnCTCLoss(_v8), §3.2.98 cudnnSpatialTfSamplerForward, §4.1.21
 cudnnSpatialTfSamplerBackward).
 
 Multi-head attention and the spatial-transformer grid generator need no kind of their own:
@@ -42,19 +42,12 @@ ICML 2006), blank = label 0, in log space.
 """
 from __future__ import annotations
 
-from .ir import OP_SPECS, OpSpec
-from .validate import fail, rule
-
-OP_SPECS["CTCLoss"] = OpSpec(("probs", "labels", "label_lengths", "input_lengths"), ("gradients_prior",),
-                             ("costs",), ("gradients",))
-OP_SPECS["SpatialTfSamplerForward"] = OpSpec(("x", "grid"), (), ("y",))
-OP_SPECS["SpatialTfSamplerBackward"] = OpSpec(("x", "grid", "dy"), (), ("dx", "dgrid"))
+from ._common import OpSpec, fail
 
 CTC_NORMALIZATIONS = ("NONE", "SOFTMAX")
 CTC_GRAD_MODES = ("NOT_PROPAGATE_NAN", "PROPAGATE_NAN")
 
 
-@rule("CTCLoss")
 def _ctc(i, op):
     a = op.attrs
     if a.get("normalization") not in CTC_NORMALIZATIONS:
@@ -93,14 +86,12 @@ def _sampler_dims(i, op):
     return (x.dims[0], x.dims[1], grid.dims[1], grid.dims[2])
 
 
-@rule("SpatialTfSamplerForward")
 def _sampler_fwd(i, op):
     want = _sampler_dims(i, op)
     if op.outputs["y"].dims != want:
         fail(i, op, "SAMPLER_OUTPUT", f"y dims {op.outputs['y'].dims} must be {want}")
 
 
-@rule("SpatialTfSamplerBackward")
 def _sampler_bwd(i, op):
     want = _sampler_dims(i, op)
     if op.inputs["dy"].dims != want:
@@ -108,3 +99,11 @@ def _sampler_bwd(i, op):
     for role, dims in (("dx", op.inputs["x"].dims), ("dgrid", op.inputs["grid"].dims)):
         if role in op.outputs and op.outputs[role].dims != dims:
             fail(i, op, "SAMPLER_GRADIENT", f"{role} dims {op.outputs[role].dims} must be {dims}")
+
+
+KINDS = {
+    "CTCLoss": OpSpec(("probs", "labels", "label_lengths", "input_lengths"), ("gradients_prior",),
+                      ("costs",), ("gradients",), rule=_ctc),
+    "SpatialTfSamplerForward": OpSpec(("x", "grid"), (), ("y",), rule=_sampler_fwd),
+    "SpatialTfSamplerBackward": OpSpec(("x", "grid", "dy"), (), ("dx", "dgrid"), rule=_sampler_bwd),
+}

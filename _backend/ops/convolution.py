@@ -1,6 +1,7 @@
-"""Rules for the convolution ops (002 ch. 9 CUDNN_BACKEND_OPERATION_CONVOLUTION_{FORWARD,
-BACKWARD_DATA,BACKWARD_FILTER}_DESCRIPTOR and CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR; the legacy
-shape rules of §5.2.10, §5.2.8, §6.2.2).
+"""The convolution op kinds: spec rows, rules and shape functions (``output_dims``,
+``geometry``) (002 ch. 9 CUDNN_BACKEND_OPERATION_CONVOLUTION_{FORWARD,BACKWARD_DATA,
+BACKWARD_FILTER}_DESCRIPTOR and CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR; the legacy shape rules of
+§5.2.10, §5.2.8, §6.2.2).
 
 Tensors use cuDNN's logical dims, whatever the memory layout (strides carry NCHW/NHWC/KRSC):
 x (N, C, *S), w (K, C/groups, *R), y (N, K, *O) with, per spatial dim i,
@@ -28,7 +29,7 @@ Attributes (every engine reads these; the legacy layer always sets all of them):
 """
 from __future__ import annotations
 
-from .validate import fail, rule
+from ._common import OpSpec, fail
 
 CONV_MODES = ("CONVOLUTION", "CROSS_CORRELATION")
 MATH_TYPES = ("DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION", "FMA_MATH")
@@ -103,5 +104,9 @@ def _conv_rule(i, op):
         fail(i, op, "CONV_OUTPUT_DIMS", f"{yr} dims {y.dims} differ from the convolution's output dims {want}")
 
 
-for _kind in ROLES:
-    rule(_kind)(_conv_rule)
+# attrs: mode, pre_padding, post_padding, stride, dilation, groups, compute_type, math_type
+KINDS = {
+    "ConvolutionForward": OpSpec(("x", "w"), (), ("y",), rule=_conv_rule),
+    "ConvolutionBackwardData": OpSpec(("dy", "w"), (), ("dx",), rule=_conv_rule),
+    "ConvolutionBackwardFilter": OpSpec(("x", "dy"), (), ("dw",), rule=_conv_rule),
+}
