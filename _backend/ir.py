@@ -24,6 +24,8 @@ class GraphError(Exception):
     """A graph that fails a finalize check.  ``status`` is 'BAD_PARAM' or 'NOT_SUPPORTED'."""
 
     def __init__(self, check: str, message: str, status: str = "BAD_PARAM"):
+        from .rules import require  # the closed set of check names (the error path only)
+        require(check, status)
         super().__init__(f"{check}: {message}")
         self.check = check
         self.status = status
