@@ -25,8 +25,11 @@ INTERNAL_UID_BASE = 2 ** 62  # uids we add (alpha/beta scalars, blend temporarie
 
 
 def fail(status: int, attr: str, check: str, message: str) -> CuDNNError:
-    """The error of a failed check: ``argument`` is the attribute, ``check`` the check's name."""
+    """The error of a failed check: ``argument`` is the attribute, ``check`` the check's name
+    (a row of ``_backend/rules.py``)."""
+    from cudnn_compat._backend.rules import require
     e = CuDNNError(status, attr, f"check {check}: {message}")
+    require(check, e.status_name[len("CUDNN_STATUS_"):])
     e.check = check
     return e
 
