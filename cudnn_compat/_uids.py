@@ -15,10 +15,12 @@ kind of tensor (every legacy graph has its own uid space; the ranges keep the ki
 
 ``SHARED`` holds the output blend's alpha and beta (``_call.ALPHA``, ``_call.BETA``); a family's
 ``Uids(after=...)`` continues every range after the families whose graphs or scalars it reuses,
-so their uids cannot meet.  The numbers depend only on the order of the requests, never on
-import order: they are the same in every process, which the cudnn engine's autotune signatures
-(persisted in the plan-cache file) need.  ``_bound_graph.GraphBuilder`` numbers the graphs it
-builds itself (they are bound by name, not by uid).
+so their uids cannot meet; ``at=`` starts a block where a family's numbers were before this
+allocator (they stay in persisted keys), never below a uid already handed out.  The numbers
+depend only on the order of the requests, never on import order: they are the same in every
+process, which the cudnn engine's autotune signatures (persisted in the plan-cache file) need.
+``_bound_graph.GraphBuilder`` numbers the graphs it builds itself (they are bound by name, not
+by uid).
 """
 from __future__ import annotations
 
@@ -37,25 +39,29 @@ class Uids:
     def __init__(self, after: "Uids | None" = None):
         self._next = dict(after._next) if after is not None else {"data": DATA, "virtual": VIRTUAL, "scalar": SCALAR}
 
-    def _take(self, kind: str, n: "int | None"):
+    def _take(self, kind: str, n: "int | None", at: "int | None" = None):
         first = self._next[kind]
+        if at is not None:  # a block whose numbers are kept from before: never below the next free uid
+            if at < first:
+                raise ValueError(f"{kind} uid {at} is taken (the next free one is {first})")
+            first = self._next[kind] = at
         self._next[kind] = first + (1 if n is None else n)
         limit = _LIMIT[kind]
         if limit is not None and self._next[kind] > limit:
             raise ValueError(f"more {kind} uids than the range holds ({first}..{limit - 1})")
         return first if n is None else tuple(range(first, first + n))
 
-    def data(self, n: "int | None" = None):
-        """One data-tensor uid, or a tuple of ``n``."""
-        return self._take("data", n)
+    def data(self, n: "int | None" = None, at: "int | None" = None):
+        """One data-tensor uid, or a tuple of ``n``; ``at``: starting there (numbers kept from before)."""
+        return self._take("data", n, at)
 
-    def virtual(self, n: "int | None" = None):
-        """One virtual-tensor uid, or a tuple of ``n``."""
-        return self._take("virtual", n)
+    def virtual(self, n: "int | None" = None, at: "int | None" = None):
+        """One virtual-tensor uid, or a tuple of ``n``; ``at`` as for ``data``."""
+        return self._take("virtual", n, at)
 
-    def scalar(self, n: "int | None" = None):
-        """One by-value scalar uid, or a tuple of ``n``."""
-        return self._take("scalar", n)
+    def scalar(self, n: "int | None" = None, at: "int | None" = None):
+        """One by-value scalar uid, or a tuple of ``n``; ``at`` as for ``data``."""
+        return self._take("scalar", n, at)
 
 
 SHARED = Uids()

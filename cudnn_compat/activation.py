@@ -46,6 +46,7 @@ from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
+from ._uids import SHARED, Uids
 
 A = ENUMS["cudnnActivationMode_t"]
 NAN = ENUMS["cudnnNanPropagation_t"]
@@ -166,7 +167,8 @@ def _is_number(v) -> bool:
 
 # -- compute --------------------------------------------------------------------------
 
-X, Y, DY, DX = 1, 2, 3, 4  # uids
+UIDS = Uids(after=SHARED)  # this family's graph uids (ALPHA, BETA: the output blend's)
+X, Y, DY, DX = UIDS.data(4)
 
 
 def _legacy_mode(d: ActivationDescriptor) -> Act:

@@ -56,6 +56,7 @@ INFER_DTYPES = TRAIN_DTYPES + ("int8",)  # 002 Table 6
 UIDS = Uids(after=SHARED)
 X, Y, SCALE, BIAS, MEAN, VAR, RMEAN, RVAR, SMEAN, SINV, Z, DY, DX, DSCALE, DBIAS, DZ = UIDS.data(16)
 ALPHA_P, BETA_P, EPS, FACTOR = UIDS.scalar(4)  # alphaParamDiff, betaParamDiff, epsilon, factor
+V1, V2, V3, V4 = UIDS.virtual(4)  # intermediates: each graph numbers its own from V1
 
 
 # -- argument checks -----------------------------------------------------------------
@@ -167,7 +168,7 @@ def _training_graph(mode, xd, pd, yd, running, saved, beta_zero, zd=None, act_at
     x = xd.ir(X, "x")
     ct = compute_dtype(xd.dtype)
     ins = {"x": x, "scale": pd.ir(SCALE, "bnScale"), "bias": pd.ir(BIAS, "bnBias"), "epsilon": _eps()}
-    cur = virtual(8001, xd.dims, ct, "bn")
+    cur = virtual(V1, xd.dims, ct, "bn")
     outs = {"y": cur}
     if running:
         rm, rv = md.ir(RMEAN, "resultRunningMean"), md.ir(RVAR, "resultRunningVariance")
@@ -177,11 +178,11 @@ def _training_graph(mode, xd, pd, yd, running, saved, beta_zero, zd=None, act_at
         outs.update(saved_mean=md.ir(SMEAN, "resultSaveMean"), saved_inv_variance=md.ir(SINV, "resultSaveInvVariance"))
     ops = [Operation("NormForward", ins, outs, {"phase": "TRAINING", "axes": axes(mode, xd.nbDims)})]
     if zd is not None:
-        nxt = virtual(8002, xd.dims, ct, "bn_plus_z")
+        nxt = virtual(V2, xd.dims, ct, "bn_plus_z")
         ops.append(Operation("Pointwise", {"x": cur, "b": zd.ir(Z, "z")}, {"y": nxt}, {"mode": "ADD"}))
         cur = nxt
     if act_attrs is not None:
-        nxt = virtual(8003, xd.dims, ct, "activation")
+        nxt = virtual(V3, xd.dims, ct, "activation")
         ops.append(Operation("Pointwise", {"x": cur}, {"y": nxt}, dict(act_attrs)))
         cur = nxt
     ops.append(blend(cur, yd.ir(Y, "y"), beta_zero))
@@ -197,7 +198,7 @@ def _backward_graph(mode, xd, dyd, dxd, pd, saved, beta_zero_data, beta_zero_par
     dy = dyd.ir(DY, "dy")
     ops = []
     if act_bwd is not None:
-        pre = virtual(8001, xd.dims, ct, "dy_pre_activation")
+        pre = virtual(V1, xd.dims, ct, "dy_pre_activation")
         ops.append(Operation("Pointwise", {"x": dy, "b": yd.ir(Y, "y")}, {"y": pre}, dict(act_bwd)))
         dy = pre
     if dzd is not None:
@@ -205,7 +206,7 @@ def _backward_graph(mode, xd, dyd, dxd, pd, saved, beta_zero_data, beta_zero_par
     ins = {"x": xd.ir(X, "x"), "dy": dy, "scale": pd.ir(SCALE, "bnScale"), "epsilon": _eps()}
     if saved:
         ins.update(saved_mean=md.ir(MEAN, "savedMean"), saved_inv_variance=md.ir(VAR, "savedInvVariance"))
-    vdx, vds, vdb = virtual(8002, xd.dims, ct, "dx"), virtual(8003, pd.dims, pt, "dscale"), virtual(8004, pd.dims, pt, "dbias")
+    vdx, vds, vdb = virtual(V2, xd.dims, ct, "dx"), virtual(V3, pd.dims, pt, "dscale"), virtual(V4, pd.dims, pt, "dbias")
     ops.append(Operation("NormBackward", ins, {"dx": vdx, "dscale": vds, "dbias": vdb}, {"axes": axes(mode, xd.nbDims)}))
     ops.append(blend(vdx, dxd.ir(DX, "dx"), beta_zero_data))
     ops.append(blend(vds, pd.ir(DSCALE, "resultBnScaleDiff"), beta_zero_param, ALPHA_P, BETA_P))
@@ -218,8 +219,8 @@ def _inference_graph(mode, xd, pd, yd, beta_zero, md=None, name="BatchNormForwar
     the estimated mean and variance when it is not ``pd``."""
     md = pd if md is None else md
     var, pt = md.ir(VAR, "estimatedVariance"), md.dtype
-    shifted, inv = virtual(8002, md.dims, pt, "var_plus_eps"), virtual(8003, md.dims, pt, "inv_std")
-    ybn = virtual(8001, xd.dims, compute_dtype(xd.dtype), "bn")
+    shifted, inv = virtual(V2, md.dims, pt, "var_plus_eps"), virtual(V3, md.dims, pt, "inv_std")
+    ybn = virtual(V1, xd.dims, compute_dtype(xd.dtype), "bn")
     ins = {"x": xd.ir(X, "x"), "scale": pd.ir(SCALE, "bnScale"), "bias": pd.ir(BIAS, "bnBias"),
            "mean": md.ir(MEAN, "estimatedMean"), "inv_variance": inv}
     return OperationGraph([

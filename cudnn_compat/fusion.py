@@ -316,14 +316,15 @@ class _Recipe:
     id: int
     segments: list
     plans: list  # the calls' plans: kept alive so that their ids in the signature stay theirs
+    _alone: "tuple | None" = None  # ``alone``, computed on first use
 
     @property
     def alone(self) -> tuple:
         """Per call: whether it runs in a segment of its own."""
-        out = self.__dict__.get("_alone")
+        out = self._alone
         if out is None:
             seg_of = {i: seg for seg in self.segments for i in seg.calls}
-            out = self.__dict__["_alone"] = tuple(len(seg_of[i].calls) == 1 for i in range(len(self.plans)))
+            out = self._alone = tuple(len(seg_of[i].calls) == 1 for i in range(len(self.plans)))
         return out
 
 

@@ -32,12 +32,15 @@ from .enums import CONSTANTS, is_valid
 from .errors import check
 from .handle import get_handle
 from .tensor import tensor_desc
+from ._uids import SHARED, Uids
 
 MIN_N, MAX_N = CONSTANTS["CUDNN_LRN_MIN_N"], CONSTANTS["CUDNN_LRN_MAX_N"]
 MIN_K, MIN_BETA = CONSTANTS["CUDNN_LRN_MIN_K"], CONSTANTS["CUDNN_LRN_MIN_BETA"]
 NOT_SUPPORTED = 9  # CUDNN_STATUS_NOT_SUPPORTED
 DTYPES = ("float32", "float64", "float16", "bfloat16")
-X, Y, DY, DX, MEANS, DMEANS = 1, 2, 3, 4, 5, 6  # uids
+UIDS = Uids(after=SHARED)  # this family's graph uids (ALPHA, BETA: the output blend's)
+X, Y, DY, DX, MEANS, DMEANS = UIDS.data(6)
+DX_RESULT, DMEANS_RESULT = UIDS.virtual(2)  # DivisiveNormalizationBackward's virtual outputs
 LRN_DIM1 = 0  # CUDNN_LRN_CROSS_CHANNEL_DIM1, the one cudnnLRNMode_t
 
 
@@ -282,10 +285,10 @@ def divisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, means
         ins = {"x": xd.ir(X, "x"), "dy": xd.ir(DY, "dy")}
         if has_means:
             ins["means"] = xd.ir(MEANS, "means")
-        outs = {"dx": virtual(8001, dxd.dims, ct, "dx_result")}
+        outs = {"dx": virtual(DX_RESULT, dxd.dims, ct, "dx_result")}
         ops = [blend(outs["dx"], dxd.ir(DX, "dx"), b == 0)]
         if has_dmeans:
-            outs["dmeans"] = virtual(8002, dxd.dims, ct, "dmeans_result")
+            outs["dmeans"] = virtual(DMEANS_RESULT, dxd.dims, ct, "dmeans_result")
             ops.append(blend(outs["dmeans"], dxd.ir(DMEANS, "dMeans"), b == 0))
         op = Operation("DivisiveNormalizationBackward", ins, outs, ld.attrs())
         return OperationGraph([op] + ops, "DivisiveNormalizationBackward")

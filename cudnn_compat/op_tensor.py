@@ -28,6 +28,7 @@ from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
+from ._uids import SHARED, Uids
 
 OP = ENUMS["cudnnOpTensorOp_t"]
 D = ENUMS["cudnnDataType_t"]
@@ -52,7 +53,10 @@ TYPE_TABLE = {
 }
 KNOWN_DATA = {_F, _D, _H, _B, _I8}  # data types Table 7 names at all
 MAX_DIMS, MIN_DIMS = 5, 4
-A_UID, B_UID, C_UID, ALPHA1, ALPHA2, RESULT = 1, 3, 2, 9011, 9012, 8001
+UIDS = Uids(after=SHARED)  # this family's graph uids (ALPHA, BETA: the output blend's)
+A_UID, C_UID, B_UID = UIDS.data(3)
+ALPHA1, ALPHA2 = UIDS.scalar(2, at=9011)  # the numbers these graphs always had (persisted autotune keys)
+RESULT = UIDS.virtual()
 
 
 class OpTensorDescriptor(Descriptor):

@@ -32,6 +32,7 @@ from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
+from ._uids import SHARED, Uids
 
 DIM_MAX = CONSTANTS["CUDNN_DIM_MAX"]
 P = ENUMS["cudnnPoolingMode_t"]
@@ -47,7 +48,8 @@ RESAMPLE_MODE = {
 NAN_NAME = {NAN["CUDNN_PROPAGATE_NAN"]: "PROPAGATE", NAN["CUDNN_NOT_PROPAGATE_NAN"]: "NOT_PROPAGATE"}
 FWD_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8")  # 002 §3.2.69: FLOAT, DOUBLE, HALF, INT8 (+BF16)
 BWD_DTYPES = ("float32", "float64", "float16", "bfloat16")
-X, Y, DY, DX = 1, 2, 3, 4  # uids
+UIDS = Uids(after=SHARED)  # this family's graph uids (ALPHA, BETA: the output blend's)
+X, Y, DY, DX = UIDS.data(4)
 
 
 class PoolingDescriptor(Descriptor):

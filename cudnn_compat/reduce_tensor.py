@@ -32,6 +32,7 @@ from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
 from .handle import get_handle
 from .tensor import DTYPE_NAME, tensor_desc
+from ._uids import SHARED, Uids
 
 R = ENUMS["cudnnReduceTensorOp_t"]
 D = ENUMS["cudnnDataType_t"]
@@ -46,7 +47,9 @@ COMP_TYPES = {D["CUDNN_DATA_FLOAT"], D["CUDNN_DATA_DOUBLE"], D["CUDNN_DATA_HALF"
 DATA_TYPES = ("float32", "float16", "int8", "float64")  # "HALF and INT8 may be mixed with FLOAT"
 INDEX_BYTES = 4  # unsigned int
 MAX_DIMS = CONSTANTS["CUDNN_DIM_MAX"]
-A_UID, C_UID, I_UID, RESULT = 1, 2, 3, 8001
+UIDS = Uids(after=SHARED)  # this family's graph uids (ALPHA, BETA: the output blend's)
+A_UID, C_UID, I_UID = UIDS.data(3)
+RESULT = UIDS.virtual()
 
 
 class ReduceTensorDescriptor(Descriptor):

@@ -18,6 +18,7 @@ from .enums import ENUMS, is_valid
 from .errors import check
 from .handle import get_handle
 from .tensor import tensor_desc
+from ._uids import SHARED, Uids
 
 ALGORITHMS = {v: k[len("CUDNN_SOFTMAX_"):] for k, v in ENUMS["cudnnSoftmaxAlgorithm_t"].items()}  # -> FAST, ACCURATE, LOG
 MODE_AXES = {  # cudnnSoftmaxMode_t -> dims reduced, given the rank
@@ -25,7 +26,8 @@ MODE_AXES = {  # cudnnSoftmaxMode_t -> dims reduced, given the rank
     ENUMS["cudnnSoftmaxMode_t"]["CUDNN_SOFTMAX_MODE_CHANNEL"]: lambda nd: (1,),
 }
 DTYPES = ("float32", "float64", "float16", "bfloat16")
-X, Y, DY, DX = 1, 2, 3, 4  # uids
+UIDS = Uids(after=SHARED)  # this family's graph uids (ALPHA, BETA: the output blend's)
+X, Y, DY, DX = UIDS.data(4)
 
 
 def _settings(algorithm, mode) -> tuple:

@@ -11,8 +11,10 @@ from ._registry import CUPY_NAMES, legacy
 from .errors import check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
+from ._uids import SHARED, Uids
 
-A, C = 1, 2  # uids
+UIDS = Uids(after=SHARED)  # this family's graph uids (ALPHA, BETA: the output blend's)
+A, C = UIDS.data(2)
 
 
 _ADD, _ADD_SITES = Memo("cudnnAddTensor"), Memo("cudnnAddTensor sites")

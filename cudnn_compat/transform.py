@@ -50,13 +50,17 @@ from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
 from .handle import get_handle
 from .tensor import F, FilterDescriptor, TensorDescriptor, VECTOR_WIDTH, packed_strides
+from ._uids import SHARED, Uids
 
 DIM_MAX = CONSTANTS["CUDNN_DIM_MAX"]
 FOLD = ENUMS["cudnnFoldingDirection_t"]["CUDNN_TRANSFORM_FOLD"]
 UNFOLD = ENUMS["cudnnFoldingDirection_t"]["CUDNN_TRANSFORM_UNFOLD"]
 DEST_FORMATS = (F["CUDNN_TENSOR_NCHW"], F["CUDNN_TENSOR_NHWC"])
-SRC, DST = 1, 2  # uids of the whole tensors (plain copy); phases use SRC_PHASE + j, DST_PHASE + j
-SRC_PHASE, DST_PHASE, TMP_PHASE = 100, 1000, 8100
+UIDS = Uids(after=SHARED)  # the transform graphs' uids (ALPHA, BETA: the output blend's)
+SRC, DST = UIDS.data(2)  # the whole tensors (plain copy)
+# phase k's views of src and dest and its intermediate (the numbers they always had, persisted
+# autotune keys): room for 900 UNFOLD phases and 2001 FOLD ones (dest views only)
+SRC_PHASE, DST_PHASE, TMP_PHASE = UIDS.data(900, at=100), UIDS.data(2001, at=1000), UIDS.virtual(900, at=8100)
 
 
 class TensorTransformDescriptor(Descriptor):
@@ -230,7 +234,7 @@ def _fold_ops(sd, dd, td) -> _Plan:
     p = _Plan()
     src = Tensor(SRC, sdims, sstr, sd.dtype, name="src")
     for k, j in _phases(folds):
-        out = Tensor(DST_PHASE + k, [ddims[0], sdims[1]] + ddims[2:], [dstr[0], dstr[1] * F_] + dstr[2:], dd.dtype,
+        out = Tensor(DST_PHASE[k], [ddims[0], sdims[1]] + ddims[2:], [dstr[0], dstr[1] * F_] + dstr[2:], dd.dtype,
                      name=f"dest_phase{k}")
         p.offsets[out.uid] = ("dst", k * dstr[1])
         p.ops.append(_resample(src, out, [b - jj for b, jj in zip(before, j)], folds))
@@ -251,11 +255,11 @@ def _unfold_ops(sd, dd, td, beta_zero: bool) -> _Plan:
         if min(n) <= 0:
             continue
         start = [(h + b - jj) // f for h, b, jj, f in zip(h0, before, j, folds)]
-        src = Tensor(SRC_PHASE + k, [sdims[0], ddims[1]] + sdims[2:], [sstr[0], sstr[1] * F_] + sstr[2:], sd.dtype,
+        src = Tensor(SRC_PHASE[k], [sdims[0], ddims[1]] + sdims[2:], [sstr[0], sstr[1] * F_] + sstr[2:], sd.dtype,
                      name=f"src_phase{k}")
-        out = Tensor(DST_PHASE + k, ddims[:2] + n, dstr[:2] + [s * f for s, f in zip(dstr[2:], folds)], dd.dtype,
+        out = Tensor(DST_PHASE[k], ddims[:2] + n, dstr[:2] + [s * f for s, f in zip(dstr[2:], folds)], dd.dtype,
                      name=f"dest_phase{k}")
-        tmp = virtual(TMP_PHASE + k, out.dims, compute_dtype(dd.dtype), f"phase{k}")
+        tmp = virtual(TMP_PHASE[k], out.dims, compute_dtype(dd.dtype), f"phase{k}")
         p.offsets[src.uid] = ("src", k * sstr[1])
         p.offsets[out.uid] = ("dst", sum(h * s for h, s in zip(h0, dstr[2:])))
         p.ops += [_resample(src, tmp, [-s for s in start], [1] * len(start)), blend(tmp, out, beta_zero)]
@@ -339,6 +343,9 @@ def transformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destDesc, 
 
 # -- filter reordering ---------------------------------------------------------------
 
+W, W_OUT, B, B_OUT = Uids().data(4)  # uids of the reordering graph: filter, reordered filter, bias, reordered bias
+
+
 def _flat(uid, n, dtype, name) -> Tensor:
     return Tensor(uid, (n,), (1,), dtype, name=name)
 
@@ -363,14 +370,14 @@ def reorderFilterAndBias(handle, filterDesc, reorderType, filterData, reorderedF
     k = wd.dims[0]
 
     def build():
-        ops = [Operation("Pointwise", {"x": _flat(1, n, dtype, "filter")}, {"y": _flat(2, n, dtype, "reordered_filter")},
+        ops = [Operation("Pointwise", {"x": _flat(W, n, dtype, "filter")}, {"y": _flat(W_OUT, n, dtype, "reordered_filter")},
                          {"mode": "IDENTITY"})]
         if with_bias:
-            ops.append(Operation("Pointwise", {"x": _flat(3, k, btype, "bias")}, {"y": _flat(4, k, btype, "reordered_bias")},
+            ops.append(Operation("Pointwise", {"x": _flat(B, k, btype, "bias")}, {"y": _flat(B_OUT, k, btype, "reordered_bias")},
                                  {"mode": "IDENTITY"}))
         return OperationGraph(ops, "ReorderFilterAndBias")
 
-    tensors = {1: (filterData, "filterData"), 2: (reorderedFilterData, "reorderedFilterData")}
+    tensors = {W: (filterData, "filterData"), W_OUT: (reorderedFilterData, "reorderedFilterData")}
     if with_bias:
-        tensors.update({3: (biasData, "biasData"), 4: (reorderedBiasData, "reorderedBiasData")})
+        tensors.update({B: (biasData, "biasData"), B_OUT: (reorderedBiasData, "reorderedBiasData")})
     run(h, ("ReorderFilterAndBias", wd.key(), with_bias), build, tensors, {})
