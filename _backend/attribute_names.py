@@ -3,7 +3,7 @@
 ``cudnn_graph.h``, which renumbered nothing: it added members).
 
 Two tables are read from ``RUNS``: ``names(V8)``, the legacy layer's backend API
-(``cudnn_compat.backend_attrs.ATTRIBUTE_NAMES``: the 8.2.1 header's names), and ``names(V9)``, the
+(``cudnn_compat.graph_api.attributes.ATTRIBUTE_NAMES``: the 8.2.1 header's names), and ``names(V9)``, the
 cudnn engine's (``cudnn_engine.lib.ATTR``: the cuDNN 9 names it uses, each checked against the
 installed header by the GPU suite).  A row is a run of consecutive values and the tables that
 list it.  Names are given without the ``CUDNN_ATTR_`` prefix.

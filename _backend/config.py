@@ -178,7 +178,7 @@ VARIABLES = (
              "NVIDIA's switch, honoured as cuDNN and cuBLAS do: 0 turns TF32 off everywhere", "0", EXTERNAL),
     Variable("CUDNN_LOGDEST_DBG", None, text, "cuDNN's log destination, honoured by the default callback "
              "(cudnnSetCallback; unset: silent)", "stdout|stderr|path", EXTERNAL),
-    # cuDNN 8's API logging levels (cudnn_compat/_logging.py): with CUDNN_LOGDEST_DBG set, each
+    # cuDNN 8's API logging levels (cudnn_compat/_core/log.py): with CUDNN_LOGDEST_DBG set, each
     # enables its severity on the cudnn_compat logger's built-in callback at import
     Variable("CUDNN_LOGINFO_DBG", False, boolean, "cuDNN's API logging: every legacy call and its status, "
              "at INFO, to CUDNN_LOGDEST_DBG", "1|0", EXTERNAL),

@@ -14,7 +14,7 @@ converters below (~15 lines) but not the uint16 path, so it removes no code over
   - legacy callers hand bfloat16 data as uint16 bits (the C ABI), which must keep working;
   - it would make ml_dtypes a hard dependency (numpy is the only one) for one dtype.
 Arrays of ``ml_dtypes.bfloat16`` are still accepted as BFLOAT16 data, by dtype name, without
-importing ml_dtypes (cudnn_compat/_data.py; tests/test_data_args.py runs it when installed).
+importing ml_dtypes (cudnn_compat/_core/data.py; tests/test_data_args.py runs it when installed).
 """
 from __future__ import annotations
 

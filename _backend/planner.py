@@ -81,7 +81,7 @@ def _check_cpu_fallback(graph, plan, declines, key) -> None:
 
 
 _BACKEND_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_WRAPPER = "<legacy wrapper "  # the file name of cudnn_compat._registry's generated wrappers
+_WRAPPER = "<legacy wrapper "  # the file name of cudnn_compat._core.registry's generated wrappers
 
 
 def _warn_at_caller(msg: str) -> None:

@@ -139,7 +139,7 @@ def err_reference(batch=2, tokens=48, embed=64, heads=4) -> float:
     for a in (ours, ref):
         a.forward(training=True)
         a.backward()
-        engine = engine or cc._call.last_plan().engine  # ours'
+        engine = engine or cc._core.call.last_plan().engine  # ours'
     errs = [rel_err(g, w) for g, w in zip(ours.results(), ref.results())]
     return max(errs), errs, engine
 
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     rows = {}
 
     a.forward()
-    engine = cc._call.last_plan().engine
+    engine = cc._core.call.last_plan().engine
     with torch.no_grad():
         ref_y = m(x, x, x, need_weights=False)[0]
     torch.cuda.synchronize()
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
         t = cuda_time(theirs[name], iters, reps, warm=2, events="torch", before=torch.cuda.synchronize)
         rows[name] = {"ours_ms": o["ms"], "torch_ms": t["ms"], "ratio": o["ms"] / t["ms"],
                       "ours_min_ms": o["min_ms"], "torch_min_ms": t["min_ms"],
-                      "engine": cc._call.last_plan().engine if name != "backward" else engine}
+                      "engine": cc._core.call.last_plan().engine if name != "backward" else engine}
     err_ref, errs, ref_engine = err_reference()
     print(f"device: {device_name()}   shape (batch, tokens, embed, heads) = {shape}, fp16, TENSOR_OP_MATH")
     print(f"{'call':18s} {'ours ms':>9s} {'torch ms':>9s} {'ratio':>7s}")

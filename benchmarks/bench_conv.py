@@ -115,7 +115,7 @@ def last_plan():
 def plan_only(plan, pb: Problem, direction):
     """plan.execute with a prebuilt variant pack: the engine's own per-call cost."""
     from cudnn_compat._backend.engines.base import VariantPack
-    bufs = (pb.x, pb.w, pb.y)  # uids 1, 2, 3 of cudnn_compat.cnn graphs
+    bufs = (pb.x, pb.w, pb.y)  # uids 1, 2, 3 of cudnn_compat.convolution.api graphs
     data = {}
     for t in plan.graph.external_inputs() + plan.graph.external_outputs():
         if t.is_by_value:

@@ -112,7 +112,7 @@ def bench_ctc(h, L, real, name, T, N, A, lrange, iters, reps):
     def ours():
         cc.cudnnCTCLoss(h, pd, x, labels, lab_len, in_len, costs, pd, grads, algo, d, work, ws)
     ours()
-    row["ours_engine"] = cc._call.last_plan().engine
+    row["ours_engine"] = cc._core.call.last_plan().engine
     row["ours_ms"] = timeit(ours, iters, reps)
     # torch (cuDNN path)
     tl, il = torch.from_numpy(labels), [T] * N
@@ -175,9 +175,9 @@ def bench_sampler(h, L, real, name, xdims, ydims, iters, reps):
     def bwd():
         cc.cudnnSpatialTfSamplerBackward(h, st, 1.0, xd, x, 0.0, xd, dx, 1.0, yd, dy, grid, 0.0, dgrid)
     fwd()
-    row["ours_fwd_engine"] = cc._call.last_plan().engine
+    row["ours_fwd_engine"] = cc._core.call.last_plan().engine
     bwd()
-    row["ours_bwd_engine"] = cc._call.last_plan().engine
+    row["ours_bwd_engine"] = cc._core.call.last_plan().engine
     row["ours_fwd_ms"] = timeit(fwd, iters, reps)
     row["ours_bwd_ms"] = timeit(bwd, iters, reps)
     F = torch.nn.functional

@@ -7,7 +7,7 @@ forward), in fp16 NHWC and fp32 NCHW, one row each, each run
   ours_fused_ms  (b) the same with ``cudnn_compat.fuse()`` scopes around each block (and the stem
                      and the head)
   legacy_ms      (c) the same call sequence on the real legacy cuDNN: the legacy calls of one
-                     step are recorded (the ``_registry`` call hook that trace.py uses), their
+                     step are recorded (the ``_core.registry`` call hook that tools/trace.py uses), their
                      descriptors translated as ``replay --engine legacy`` does
                      (``replay.LegacySession``), and the recorded calls replayed through ctypes on
                      the same buffers; convolution algorithms are chosen by the legacy
@@ -81,7 +81,7 @@ DOUBLES = ("exponentialAverageFactor", "epsilon")
 @contextlib.contextmanager
 def recording(out: list):
     """Append (C name, {parameter: value}) for every outermost legacy compute call in RECORDED."""
-    from cudnn_compat import _registry
+    from cudnn_compat._core import registry as _registry
     depth = [0]
 
     def hook(proceed, c_name, args, kwargs):
@@ -126,7 +126,7 @@ def _timed(stats: dict, name: str, call):
 def call_profile(stats: dict):
     """Per legacy function (outermost compute calls): count, host microseconds and GPU milliseconds
     of one step, each call run with the device idle before it."""
-    from cudnn_compat import _registry
+    from cudnn_compat._core import registry as _registry
     depth = [0]
 
     def hook(proceed, c_name, args, kwargs):
@@ -180,8 +180,8 @@ class LegacyProgram:
 
     def __init__(self, calls: list):
         import cupy
-        from cudnn_compat._descriptor import Descriptor
-        from cudnn_compat.replay import LEGACY_FUNCTIONS, LegacySession
+        from cudnn_compat._core.descriptor import Descriptor
+        from cudnn_compat.tools.replay import LEGACY_FUNCTIONS, LegacySession
         self.sess = LegacySession().__enter__()
         L = self.L = self.sess.L
         self.lib = L.load()

@@ -149,7 +149,7 @@ class Ours:
 
     def plans(self, maths):
         """{(algo short name, math value): plan or error string} for every supported algorithm."""
-        from cudnn_compat import cnn
+        from cudnn_compat.convolution import api as cnn
         from cudnn_compat.handle import get_handle
         dr = cnn.DIRECTIONS[DIRS[self.case.dir][0]]
         d1, _, d2, _, d3, _ = self.legacy_args()
@@ -211,7 +211,7 @@ def native_configs(spec, device):
 
 def tuned_sets(spec, rows, dr, call, math_name):
     """{algo short name: (candidates, timed)} as configs.select + tuning_order decide for our autotune."""
-    from cudnn_compat import cnn
+    from cudnn_compat.convolution import api as cnn
     from cudnn_compat._backend.engines.cudnn_engine import autotune as AT
     from cudnn_compat._backend.engines.cudnn_engine import configs as C
     found = [(r["cfg"], r["ws"]) for r in rows if "A" in r["modes"]]

@@ -71,7 +71,7 @@ def main(argv=None):
             cupy.cuda.Device().synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=90), flush=True)
     if scopes:
-        from cudnn_compat import fusion
+        from cudnn_compat.tools import fuse as fusion
         for r in list(fusion._RECIPES.values())[:8]:
             print("recipe", r.id, [(seg.calls, None if seg.graph is None else [op.kind for op in seg.graph.ops])
                                    for seg in r.segments])

@@ -399,7 +399,7 @@ def make_calls(place: str, only=()):
 
 
 def _engines_of(cc) -> str:
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     if plan is None:
         return ""
     rec = getattr(plan, "launch_mode", None)

@@ -37,14 +37,14 @@ from cudnn_compat._backend import config as _backend_config
 from cudnn_compat._backend.plan_cache import CACHE as _CACHE
 from cudnn_compat._backend.planner import CpuFallbackWarning  # noqa: F401 - a GPU call ran on the CPU (docs/not_supported.md)
 from . import enums as _enums
-from ._registry import LEGACY, exported
+from ._core.registry import LEGACY, exported
 from .errors import STATUS, CuDNNError, getErrorString  # noqa: F401
 
 __version__ = "0.1.0"
 
-# Family modules register their functions with ``_registry.legacy`` on import.
-_FAMILIES = ["handle", "tensor", "tensor_ops", "cnn", "activation", "softmax", "pooling", "lrn", "batchnorm", "dropout", "rnn", "attention", "ctc", "spatial",
-             "normalization", "fused_ops", "transform", "algorithm", "misc", "conv_legacy", "backend_api"]
+# Family modules register their functions with ``_core.registry.legacy`` on import.
+_FAMILIES = ["handle", "tensor", "tensor_ops", "convolution.api", "activation", "softmax", "pooling", "lrn", "batchnorm", "dropout", "rnn", "attention", "ctc", "spatial",
+             "normalization", "fused_ops", "transform", "algorithm", "misc", "convolution.legacy", "graph_api.api"]
 for _m in _FAMILIES:
     try:
         importlib.import_module(f"{__name__}.{_m}")
@@ -56,10 +56,10 @@ globals().update({k: v for k, v in vars(_enums).items() if k.isupper()})
 globals().update({k: v for _vals in _enums.ENUMS.values() for k, v in _vals.items()})  # also CUDNN_DATA_INT8x4 & co.
 globals().update(STATUS)
 globals().update(exported())
-from .cupy_cudnn import c_spellings as _c_spellings  # noqa: E402 - CuPy 13 names, cudnn-prefixed (cudnnAddTensor_v3)
+from .cupy13.cupy_cudnn import c_spellings as _c_spellings  # noqa: E402 - CuPy 13 names, cudnn-prefixed (cudnnAddTensor_v3)
 globals().update({k: v for k, v in _c_spellings().items() if k not in globals()})
 
-from .shim import install_cupy_shim, uninstall_cupy_shim  # noqa: E402,F401 - CuPy 13 cuDNN names under CuPy 14
+from .cupy13.shim import install_cupy_shim, uninstall_cupy_shim  # noqa: E402,F401 - CuPy 13 cuDNN names under CuPy 14
 
 
 def plan_cache_info():
@@ -71,7 +71,7 @@ def plan_cache_clear() -> None:
     """Empty the plan cache (the next call of each signature plans again) and what fuse() learned
     about the calls it deferred."""
     _CACHE.clear()
-    from . import fusion
+    from .tools import fuse as fusion
     fusion._LONE.clear()
 
 
@@ -90,20 +90,20 @@ def _configure_logging() -> None:
 
 _backend_config.validate()  # every CUDNN_COMPAT_* value not understood warns now, once
 _configure_logging()
-from . import _logging  # noqa: E402 - cuDNN's CUDNN_LOG{INFO,WARN,ERR}_DBG / CUDNN_LOGDEST_DBG
+from ._core import log as _logging  # noqa: E402 - cuDNN's CUDNN_LOG{INFO,WARN,ERR}_DBG / CUDNN_LOGDEST_DBG
 _logging.configure_from_environment()
 
 
 def last_engine() -> "str | None":
     """The engine that ran the last legacy compute call on this thread (None before any)."""
-    from ._call import last_plan
+    from ._core.call import last_plan
     plan = last_plan()
     return None if plan is None else plan.engine
 
 
 # Record/replay and fusion across legacy calls (issue 9): ``cudnn_compat.trace(path)`` and
 # ``cudnn_compat.fuse(handle)``; ``CUDNN_COMPAT_TRACE=path`` records the whole run.
-from . import trace  # noqa: E402  (a callable module: trace(path, tensors=False) is its context manager)
-from .fusion import fuse  # noqa: E402,F401
+from .tools import trace  # noqa: E402  (a callable module: trace(path, tensors=False) is its context manager)
+from .tools.fuse import fuse  # noqa: E402,F401
 
 trace.from_environment()

@@ -1,6 +1,6 @@
-"""``python -m cudnn_compat``: the ``cudnn-compat`` command (see cli.py)."""
+"""``python -m cudnn_compat``: the ``cudnn-compat`` command (see tools/cli.py)."""
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

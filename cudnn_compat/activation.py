@@ -36,17 +36,17 @@ import numpy as np
 
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import OperationGraph
-from ._call import ALPHA, BETA, blended, run
-from ._data import not_library_object, same_buffer, scalar
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._memo import EPOCH, Memo, site_get, site_put
-from ._registry import CUPY_NAMES, legacy
+from ._core.call import ALPHA, BETA, blended, run
+from ._core.data import not_library_object, same_buffer, scalar
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
-from ._uids import SHARED, Uids
+from ._core.uids import SHARED, Uids
 
 A = ENUMS["cudnnActivationMode_t"]
 NAN = ENUMS["cudnnNanPropagation_t"]
@@ -202,7 +202,7 @@ _FWD_SITES, _BWD_SITES = Memo("cudnnActivationForward sites"), Memo("cudnnActiva
 def activationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y) -> None:
     """y = alpha*act(x) + beta*y (002 §3.2.1).  BAD_PARAM: invalid mode (IDENTITY included),
     x/y dims or data type differ, in-place (x == y) with different strides.  The descriptor
-    checks run once per combination of settings (``_memo``)."""
+    checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, activationDesc, xDesc, yDesc)
     s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
     if s is not None:

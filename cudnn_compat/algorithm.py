@@ -23,9 +23,9 @@ import zlib
 
 import numpy as np
 
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._registry import legacy
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.registry import legacy
 from .errors import STATUS, bad_param, check, not_supported
 from .handle import COMPAT_VERSION, get_handle
 

@@ -41,12 +41,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from cudnn_compat._backend import dtypes
-from . import _bound_graph as bg
-from ._call import compute_dtype
-from ._data import preflight
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._registry import legacy
+from ._core import bound_graph as bg
+from ._core.call import compute_dtype
+from ._core.data import preflight
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.registry import legacy
 from .ctc import host_ints, on_place
 from .dropout import DropoutDescriptor
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
@@ -746,7 +746,7 @@ def _seq_spec(a, d) -> tuple:
 
 
 def _checked(h, a, seqs, weights=(), reserve=None, workspace=None) -> list:
-    """``_data.preflight`` of every buffer of an attention call, before its graph runs (a rejected
+    """``_core.data.preflight`` of every buffer of an attention call, before its graph runs (a rejected
     call writes nothing): ``seqs`` (data, descriptor, argname, written); ``weights`` (data,
     argname, written) of the weight layout's size; the reserve space and workspace are untyped
     (reserve: (data, bytes, written)); NULL workspace is skipped.  Returns the checked buffers

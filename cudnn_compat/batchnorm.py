@@ -32,16 +32,16 @@ from __future__ import annotations
 import numbers
 
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, scalar as scalar_tensor, virtual
-from ._call import ALPHA, BETA, blend, compute_dtype, plan_for, run
-from ._uids import SHARED, Uids, prior_uid
-from ._data import preflight, scalar
-from ._memo import EPOCH, Memo, arrays, key as memo_key, site_get, site_put
-from ._registry import legacy
+from ._core.call import ALPHA, BETA, blend, compute_dtype, plan_for, run
+from ._core.uids import SHARED, Uids, prior_uid
+from ._core.data import preflight, scalar
+from ._core.memo import EPOCH, Memo, arrays, key as memo_key, site_get, site_put
+from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
 from .handle import get_handle
 from .tensor import D, F, TensorDescriptor, packed_strides, tensor_desc
-from ._descriptor import resolve
+from ._core.descriptor import resolve
 
 BN = ENUMS["cudnnBatchNormMode_t"]
 OPS = ENUMS["cudnnBatchNormOps_t"]
@@ -282,7 +282,7 @@ def _site(sites, memo, sk, handle, mode, bufs, descs) -> tuple:
 def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc,
                                        bnScale, bnBias, estimatedMean, estimatedVariance, epsilon) -> None:
     """y = alpha*(bnBias + bnScale*(x - mean)/sqrt(eps + var)) + beta*y (002 §3.2.3).  The
-    descriptor checks run once per combination of settings (``_memo``)."""
+    descriptor checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
     h, ds, m = _site(_INFER_SITES, _INFER, sk, handle, mode,
                      (x, y, bnScale, bnBias, estimatedMean, estimatedVariance),
@@ -385,7 +385,7 @@ def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc
                                       bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance,
                                       epsilon, resultSaveMean, resultSaveInvVariance) -> None:
     """002 §4.1.4; see the module docstring for the formulas.  The descriptor checks run once
-    per combination of settings (``_memo``); the first call goes the general way."""
+    per combination of settings (``_core.memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
     h, ds, m = _site(_TRAIN_SITES, _TRAIN, sk, handle, mode, (x, y, bnScale, bnBias),
                      ((xDesc, "xDesc"), (yDesc, "yDesc"), (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
@@ -560,7 +560,7 @@ def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaP
                                dyDesc, dy, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff,
                                resultBnBiasDiff, epsilon, savedMean, savedInvVariance) -> None:
     """dx, dscale, dbias of the training forward (002 §4.1.2).  The descriptor checks run once
-    per combination of settings (``_memo``); the first call goes the general way."""
+    per combination of settings (``_core.memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc)
     h, ds, m = _site(_BACK_SITES, _BACK, sk, handle, mode, (x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff),
                      ((xDesc, "xDesc"), (dyDesc, "dyDesc"), (dxDesc, "dxDesc"), (bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")))

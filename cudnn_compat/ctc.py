@@ -30,11 +30,11 @@ import ctypes
 import numpy as np
 
 from cudnn_compat._backend import dtypes
-from . import _bound_graph as bg
-from ._data import POINTER_MIN, extent_bytes, library_object, preflight, raw_address, read_host
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._registry import CUPY_NAMES, legacy
+from ._core import bound_graph as bg
+from ._core.data import POINTER_MIN, extent_bytes, library_object, preflight, raw_address, read_host
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
 from .handle import get_handle

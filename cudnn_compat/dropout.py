@@ -23,13 +23,13 @@ import math
 import numpy as np
 
 from cudnn_compat._backend.ir import Tensor, packed_strides
-from . import _bound_graph as bg
-from ._call import run
-from ._data import _CUPY_NDARRAY, preflight
-from ._lifecycle import pair
-from ._memo import Memo
-from ._descriptor import Descriptor, resolve
-from ._registry import CUPY_NAMES, legacy
+from ._core import bound_graph as bg
+from ._core.call import run
+from ._core.data import _CUPY_NDARRAY, preflight
+from ._core.lifecycle import pair
+from ._core.memo import Memo
+from ._core.descriptor import Descriptor, resolve
+from ._core.registry import CUPY_NAMES, legacy
 from .errors import CUDNN_STATUS_INVALID_VALUE, bad_param, check, not_supported  # noqa: F401
 from .handle import get_handle
 from .tensor import tensor_desc
@@ -210,9 +210,9 @@ _MASKED = Memo("cudnnDropoutForward/Backward")
 
 
 def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceSizeInBytes, forward: bool):
-    """The descriptor checks and the graph run once per combination of settings (``_memo``); on
+    """The descriptor checks and the graph run once per combination of settings (``_core.memo``); on
     the GPU place with CuPy reserve space and states the offset bindings are device pointers
-    (the buffers' checks are made here first), else ``_bound_graph`` makes byte views."""
+    (the buffers' checks are made here first), else ``_core.bound_graph`` makes byte views."""
     mk = (name, id(d._key or d.key()), id(ad._key or ad.key()), id(bd._key or bd.key()))
     m = _MASKED.get(mk)
     if m is None:

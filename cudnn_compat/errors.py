@@ -2,7 +2,7 @@
 
 Every rejected call raises ``CuDNNError`` before anything is written; the message
 names the function, the argument and the rule it broke.  Helpers ``bad_param`` and
-``not_supported`` build them; ``_registry.legacy`` fills in the function name.
+``not_supported`` build them; ``_core.registry.legacy`` fills in the function name.
 """
 from __future__ import annotations
 

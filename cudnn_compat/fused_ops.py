@@ -59,12 +59,12 @@ import numpy as np
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar as scalar_tensor, virtual
 from . import batchnorm as bn
-from . import cnn
-from ._call import ALPHA, compute_dtype, plan_for, run
-from ._uids import Uids, prior_uid
-from ._data import POINTER_MIN, address, raw_address, scalar
-from ._descriptor import Descriptor, resolve
-from ._registry import legacy
+from .convolution import api as cnn
+from ._core.call import ALPHA, compute_dtype, plan_for, run
+from ._core.uids import Uids, prior_uid
+from ._core.data import POINTER_MIN, address, raw_address, scalar
+from ._core.descriptor import Descriptor, resolve
+from ._core.registry import legacy
 from .activation import ActivationDescriptor
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported

@@ -14,9 +14,9 @@ import ctypes
 import threading
 import warnings
 
-from ._descriptor import Descriptor, resolve
-from ._place import default_place, gpu_reason
-from ._registry import legacy
+from ._core.descriptor import Descriptor, resolve
+from ._core.place import default_place, gpu_reason
+from ._core.registry import legacy
 from .enums import ENUMS
 from .errors import CUDNN_STATUS_INVALID_VALUE, CUDNN_STATUS_MAPPING_ERROR, CUDNN_STATUS_NOT_INITIALIZED, CuDNNError
 from .errors import bad_param

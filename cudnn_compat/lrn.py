@@ -21,18 +21,18 @@ import math
 import numbers
 
 from cudnn_compat._backend.ir import Operation, OperationGraph, virtual
-from ._call import ALPHA, BETA, blend, blended, compute_dtype, run
-from ._data import same_buffer, scalar
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._memo import EPOCH, Memo, arrays, site_get, site_put
-from ._registry import legacy
+from ._core.call import ALPHA, BETA, blend, blended, compute_dtype, run
+from ._core.data import same_buffer, scalar
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.memo import EPOCH, Memo, arrays, site_get, site_put
+from ._core.registry import legacy
 from .activation import require_dtype
 from .enums import CONSTANTS, is_valid
 from .errors import check
 from .handle import get_handle
 from .tensor import tensor_desc
-from ._uids import SHARED, Uids
+from ._core.uids import SHARED, Uids
 
 MIN_N, MAX_N = CONSTANTS["CUDNN_LRN_MIN_N"], CONSTANTS["CUDNN_LRN_MAX_N"]
 MIN_K, MIN_BETA = CONSTANTS["CUDNN_LRN_MIN_K"], CONSTANTS["CUDNN_LRN_MIN_BETA"]
@@ -155,7 +155,7 @@ _FWD_SITES = Memo("cudnnLRNCrossChannelForward sites")
 
 
 def _lrn_desc_cached(normDesc) -> "LRNDescriptor":
-    """``lrn_desc`` with the parameter check made once per descriptor settings (``_memo``)."""
+    """``lrn_desc`` with the parameter check made once per descriptor settings (``_core.memo``)."""
     ld = resolve(normDesc, LRNDescriptor, "normDesc")
     k = id(ld._key or ld.key())
     if _DESC_OK.get(k) is None:
@@ -167,7 +167,7 @@ def _lrn_desc_cached(normDesc) -> "LRNDescriptor":
 @legacy("cudnnLRNCrossChannelForward", cupy="LRNCrossChannelForward")
 def lrnCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta, yDesc, y) -> None:
     """y = alpha*LRN(x) + beta*y across channels (002 §3.2.65).  The descriptor checks run once
-    per combination of settings (``_memo``)."""
+    per combination of settings (``_core.memo``)."""
     sk = (handle, normDesc, lrnMode, xDesc, yDesc)
     s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
     if s is not None:

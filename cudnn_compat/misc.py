@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass
 
 from cudnn_compat._backend import config as _config
-from ._descriptor import resolve
-from ._registry import legacy
+from ._core.descriptor import resolve
+from ._core.registry import legacy
 from .enums import ENUMS, is_valid
 from .errors import STATUS, CuDNNError, check
 from .handle import COMPAT_VERSION, Handle, get_handle
@@ -166,7 +166,7 @@ def setCallback(mask, udata=None, fptr=None) -> None:
     with _lock:
         _uninstall(log)
         _STATE.update(mask=int(mask), udata=udata, fptr=fptr)
-        from ._logging import follow_mask
+        from ._core.log import follow_mask
         follow_mask(int(mask))  # per-call records (API calls, failed calls) while INFO or ERROR is on
         if not mask and fptr is None:
             return
@@ -256,8 +256,8 @@ SUBLIBRARIES = {
     "ops_infer": (("handle", "tensor", "tensor_ops", "activation", "softmax", "pooling", "lrn", "batchnorm",
                    "dropout", "normalization", "transform", "algorithm", "misc"), ()),
     "ops_train": (("activation", "batchnorm", "normalization", "pooling", "softmax", "lrn", "dropout"), ("ops_infer",)),
-    "cnn_infer": (("cnn", "conv_legacy"), ("ops_infer",)),
-    "cnn_train": (("cnn", "fused_ops"), ("ops_infer", "ops_train", "cnn_infer")),
+    "cnn_infer": (("convolution.api", "convolution.legacy"), ("ops_infer",)),
+    "cnn_train": (("convolution.api", "fused_ops"), ("ops_infer", "ops_train", "cnn_infer")),
     "adv_infer": (("rnn",), ("ops_infer",)),
     "adv_train": (("rnn",), ("ops_infer", "ops_train", "adv_infer")),
 }
@@ -277,7 +277,7 @@ def _version_check(sub: str, seen=None) -> None:
             continue  # a family not shipped in this build is not a mismatch
         where = os.path.dirname(os.path.abspath(getattr(mod, "__file__", home)))
         version = getattr(mod, "__version__", pkg.__version__)
-        if where != home or version != pkg.__version__:
+        if os.path.commonpath([where, home]) != home or version != pkg.__version__:
             raise CuDNNError(STATUS["CUDNN_STATUS_VERSION_MISMATCH"], sub,
                              f"family {fam} ({version}, {where}) does not match cudnn_compat {pkg.__version__} ({home})")
     for dep in deps:

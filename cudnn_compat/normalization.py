@@ -30,10 +30,10 @@ from __future__ import annotations
 import numbers
 
 from . import batchnorm as bn
-from ._call import ALPHA, BETA, plan_for, run
-from ._data import scalar
-from ._descriptor import resolve
-from ._registry import legacy
+from ._core.call import ALPHA, BETA, plan_for, run
+from ._core.data import scalar
+from ._core.descriptor import resolve
+from ._core.registry import legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
 from .handle import get_handle

@@ -18,17 +18,17 @@ Rules (002 §3.2.68 Returns, with the statuses libcudnn 9.19 gave for the cases 
 from __future__ import annotations
 
 from cudnn_compat._backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virtual
-from ._call import ALPHA, BETA, blend, run
-from ._data import same_buffer, scalar
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._memo import EPOCH, Memo, site_get, site_put
-from ._registry import legacy
+from ._core.call import ALPHA, BETA, blend, run
+from ._core.data import same_buffer, scalar
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.registry import legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
-from ._uids import SHARED, Uids
+from ._core.uids import SHARED, Uids
 
 OP = ENUMS["cudnnOpTensorOp_t"]
 D = ENUMS["cudnnDataType_t"]
@@ -129,7 +129,7 @@ _OP, _OP_SITES = Memo("cudnnOpTensor"), Memo("cudnnOpTensor sites")
 @legacy("cudnnOpTensor")
 def opTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C) -> None:
     """C = op(alpha1*A, alpha2*B) + beta*C (002 §3.2.68).  The descriptor checks run once per
-    combination of settings (``_memo``)."""
+    combination of settings (``_core.memo``)."""
     sk = (handle, opTensorDesc, aDesc, bDesc, cDesc)
     s = site_get(_OP_SITES, sk)  # same arguments, no descriptor changed since
     if s is not None:

@@ -22,17 +22,17 @@ import ctypes
 import numbers
 
 from cudnn_compat._backend.ir import OperationGraph
-from ._call import ALPHA, BETA, blended, run
-from ._data import POINTER_MIN, scalar
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._memo import EPOCH, Memo, site_get, site_put
-from ._registry import CUPY_NAMES, legacy
+from ._core.call import ALPHA, BETA, blended, run
+from ._core.data import POINTER_MIN, scalar
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
-from ._uids import SHARED, Uids
+from ._core.uids import SHARED, Uids
 
 DIM_MAX = CONSTANTS["CUDNN_DIM_MAX"]
 P = ENUMS["cudnnPoolingMode_t"]
@@ -207,7 +207,7 @@ _FWD_SITES, _BWD_SITES = Memo("cudnnPoolingForward sites"), Memo("cudnnPoolingBa
 @legacy("cudnnPoolingForward")
 def poolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y) -> None:
     """y = alpha*pool(x) + beta*y (002 §3.2.69).  BAD_PARAM: n, c or data type of x and y differ.
-    The descriptor checks run once per combination of settings (``_memo``)."""
+    The descriptor checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, poolingDesc, xDesc, yDesc)
     s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
     if s is not None:

@@ -22,17 +22,17 @@ reference engine).
 from __future__ import annotations
 
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, virtual
-from ._call import ALPHA, BETA, blend, cached_plan, plan_for, run
-from ._data import scalar
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._memo import EPOCH, Memo, site_get, site_put
-from ._registry import legacy
+from ._core.call import ALPHA, BETA, blend, cached_plan, plan_for, run
+from ._core.data import scalar
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
 from .handle import get_handle
 from .tensor import DTYPE_NAME, tensor_desc
-from ._uids import SHARED, Uids
+from ._core.uids import SHARED, Uids
 
 R = ENUMS["cudnnReduceTensorOp_t"]
 D = ENUMS["cudnnDataType_t"]
@@ -191,7 +191,7 @@ _REDUCE, _REDUCE_SITES = Memo("cudnnReduceTensor"), Memo("cudnnReduceTensor site
 def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes,
                  alpha, aDesc, A, beta, cDesc, C) -> None:
     """C = alpha * reduce_op(A) + beta * C over the dims where C is 1 (002 §3.2.71).  The
-    descriptor checks run once per combination of settings (``_memo``)."""
+    descriptor checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, reduceTensorDesc, aDesc, cDesc)
     s = site_get(_REDUCE_SITES, sk)  # same arguments, no descriptor changed since
     if s is not None:

@@ -1,5 +1,5 @@
 """``python -m cudnn_compat.run [--allow-stub] script.py [args...]``: install the CuPy 13 cuDNN
-shim (``cudnn_compat.shim.install_cupy_shim``) and run ``script.py`` as ``__main__`` with
+shim (``cudnn_compat.cupy13.shim.install_cupy_shim``) and run ``script.py`` as ``__main__`` with
 ``sys.argv = [script.py, args...]``, so CuPy-13 / Chainer-era code that imports
 ``cupy.cuda.cudnn``, ``cupyx.cudnn`` or ``cupy.cudnn`` runs unedited under CuPy 14.
 
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     if not argv:
         print(USAGE, file=sys.stderr)
         return 2
-    from .shim import install_cupy_shim
+    from .cupy13.shim import install_cupy_shim
     install_cupy_shim(allow_stub=allow_stub)
     if argv[0] == "-m":
         if len(argv) < 2:

@@ -9,16 +9,16 @@ Modes: INSTANCE reduces over every dim but N (C, H, W... per image), CHANNEL ove
 from __future__ import annotations
 
 from cudnn_compat._backend.ir import OperationGraph
-from ._call import ALPHA, BETA, blended, run
-from ._data import same_buffer, scalar
-from ._memo import EPOCH, Memo, site_get, site_put
-from ._registry import legacy
+from ._core.call import ALPHA, BETA, blended, run
+from ._core.data import same_buffer, scalar
+from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.registry import legacy
 from .activation import require_dtype, require_spatial_packed
 from .enums import ENUMS, is_valid
 from .errors import check
 from .handle import get_handle
 from .tensor import tensor_desc
-from ._uids import SHARED, Uids
+from ._core.uids import SHARED, Uids
 
 ALGORITHMS = {v: k[len("CUDNN_SOFTMAX_"):] for k, v in ENUMS["cudnnSoftmaxAlgorithm_t"].items()}  # -> FAST, ACCURATE, LOG
 MODE_AXES = {  # cudnnSoftmaxMode_t -> dims reduced, given the rank
@@ -57,7 +57,7 @@ def _enums(algorithm, mode) -> tuple:
 @legacy("cudnnSoftmaxForward")
 def softmaxForward(handle, algorithm, mode, alpha, xDesc, x, beta, yDesc, y) -> None:
     """y = alpha*softmax(x) + beta*y (002 §3.2.96).  BAD_PARAM: x/y dims or data type differ,
-    invalid algorithm or mode.  The descriptor checks run once per combination (``_memo``)."""
+    invalid algorithm or mode.  The descriptor checks run once per combination (``_core.memo``)."""
     sk = (handle, algorithm, mode, xDesc, yDesc)
     s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
     if s is not None:

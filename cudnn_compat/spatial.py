@@ -26,12 +26,12 @@ from functools import lru_cache
 import numpy as np
 
 from cudnn_compat._backend.ir import Operation
-from . import _bound_graph as bg
-from ._call import compute_dtype
-from ._data import scalar
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._registry import CUPY_NAMES, legacy
+from ._core import bound_graph as bg
+from ._core.call import compute_dtype
+from ._core.data import scalar
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.registry import CUPY_NAMES, legacy
 from .ctc import on_place
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import check, not_supported

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numbers
 
 from cudnn_compat._backend.ir import Tensor
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._registry import legacy
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
 
@@ -226,7 +226,7 @@ def getTensorNdDescriptor(tensorDesc, nbDimsRequested: int = DIM_MAX) -> tuple:
 @legacy("cudnnGetTensorSizeInBytes")
 def getTensorSizeInBytes(tensorDesc) -> int:
     """Bytes the tensor spans, stride gaps included."""
-    from ._data import extent_bytes
+    from ._core.data import extent_bytes
     d = tensor_desc(tensorDesc, "tensorDesc")
     return extent_bytes(Tensor(0, d.dims, d.strides, d.dtype))
 
@@ -274,6 +274,6 @@ def getFilterNdDescriptor(filterDesc, nbDimsRequested: int = DIM_MAX) -> tuple:
 @legacy("cudnnGetFilterSizeInBytes")
 def getFilterSizeInBytes(filterDesc) -> int:
     """Bytes needed to hold a filter described by the descriptor (002 §3.2.47)."""
-    from ._data import extent_bytes
+    from ._core.data import extent_bytes
     d = filter_desc(filterDesc, "filterDesc")
     return extent_bytes(Tensor(0, d.dims, d.strides, d.dtype))

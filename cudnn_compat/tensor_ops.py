@@ -4,14 +4,14 @@ cudnnReduceTensor in reduce_tensor.py (imported at the end, so this family regis
 from __future__ import annotations
 
 from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor
-from ._call import ALPHA, BETA, blend, compute_dtype, run
-from ._data import same_buffer, scalar
-from ._memo import EPOCH, Memo, site_get, site_put
-from ._registry import CUPY_NAMES, legacy
+from ._core.call import ALPHA, BETA, blend, compute_dtype, run
+from ._core.data import same_buffer, scalar
+from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.registry import CUPY_NAMES, legacy
 from .errors import check, not_supported
 from .handle import get_handle
 from .tensor import tensor_desc
-from ._uids import SHARED, Uids
+from ._core.uids import SHARED, Uids
 
 UIDS = Uids(after=SHARED)  # this family's graph uids (ALPHA, BETA: the output blend's)
 A, C = UIDS.data(2)
@@ -23,7 +23,7 @@ _ADD, _ADD_SITES = Memo("cudnnAddTensor"), Memo("cudnnAddTensor sites")
 @legacy("cudnnAddTensor")
 def addTensor(handle, alpha, aDesc, A_data, beta, cDesc, C_data) -> None:
     """C = alpha*A + beta*C, A broadcast over dims where it is 1 (002 §3.2.2).  The descriptor
-    checks run once per combination of settings (``_memo``)."""
+    checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, aDesc, cDesc)
     s = site_get(_ADD_SITES, sk)  # same arguments, no descriptor changed since
     if s is not None:

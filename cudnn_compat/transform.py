@@ -41,16 +41,16 @@ import numpy as np
 
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, virtual
-from ._call import ALPHA, BETA, blend, compute_dtype, run
-from ._data import POINTER_MIN, bind, extent_bytes, same_buffer, scalar
-from ._descriptor import Descriptor, resolve
-from ._lifecycle import pair
-from ._registry import legacy
+from ._core.call import ALPHA, BETA, blend, compute_dtype, run
+from ._core.data import POINTER_MIN, bind, extent_bytes, same_buffer, scalar
+from ._core.descriptor import Descriptor, resolve
+from ._core.lifecycle import pair
+from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
 from .handle import get_handle
 from .tensor import F, FilterDescriptor, TensorDescriptor, VECTOR_WIDTH, packed_strides
-from ._uids import SHARED, Uids
+from ._core.uids import SHARED, Uids
 
 DIM_MAX = CONSTANTS["CUDNN_DIM_MAX"]
 FOLD = ENUMS["cudnnFoldingDirection_t"]["CUDNN_TRANSFORM_FOLD"]

@@ -40,7 +40,7 @@ try:
 except ModuleNotFoundError:  # run from a checkout that is not installed: the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import cudnn_compat as cc
-from cudnn_compat._place import default_place  # noqa: E402
+from cudnn_compat._core.place import default_place  # noqa: E402
 
 K1, CLASSES, C_IN = 8, 10, 3
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1

@@ -10,7 +10,7 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 import cudnn_compat as cc
-from cudnn_compat._place import gpu_reason
+from cudnn_compat._core.place import gpu_reason
 
 
 def pytest_collection_modifyitems(config, items):

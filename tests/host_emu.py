@@ -266,7 +266,7 @@ class Emu:
         runtime.LAUNCH[0] = self.launch
         runtime.STREAM_PTR[0] = lambda: 0
         cupy_engine._unavailable = lambda: None
-        from cudnn_compat import _data
+        from cudnn_compat._core import data as _data
         self._nd_saved = list(_data._CUPY_NDARRAY)
         nd = EmuArray  # device arrays of the emulated GPU place
         _data._CUPY_NDARRAY[:] = [nd]
@@ -330,7 +330,7 @@ class Emu:
         runtime.GRAPHS[:] = graphs
         runtime.LAUNCH[:] = launch
         runtime.STREAM_PTR[:] = stream
-        from cudnn_compat import _data
+        from cudnn_compat._core import data as _data
         _data._CUPY_NDARRAY[:] = self._nd_saved
         if self._mod_saved is None:
             sys.modules.pop("cupy", None)

@@ -1,7 +1,7 @@
 """One argument-conversion layer for every C parameter type (issue 13 items 3 and 4).
 
-``_registry.legacy`` converts each legacy function's number and int-array arguments by the C type
-of the parameter, from ``_signatures.SIGNATURES`` (generated from the cuDNN headers by
+``_core.registry.legacy`` converts each legacy function's number and int-array arguments by the C type
+of the parameter, from ``_core.signatures.SIGNATURES`` (generated from the cuDNN headers by
 tools/gen_signatures.py):
 
   * the table: every registered function has its C parameters, every Python parameter maps to
@@ -32,8 +32,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _registry as reg
-from cudnn_compat._signatures import SIGNATURES
+from cudnn_compat._core import registry as reg
+from cudnn_compat._core.signatures import SIGNATURES
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BAD, INTERNAL = cc.CUDNN_STATUS_BAD_PARAM, cc.CUDNN_STATUS_INTERNAL_ERROR
@@ -118,8 +118,8 @@ def test_table_matches_the_headers():
     v9, v8 = gen_signatures.DEFAULT_V9, gen_signatures.DEFAULT_V8
     if not (gen_signatures.header_files(v9) and gen_signatures.header_files(v8)):
         pytest.skip(f"cuDNN headers not found in {v9} / {v8} (set CUDNN_HEADERS_V9 / CUDNN_HEADERS_V8)")
-    assert gen_signatures.generate(v9, v8) == (ROOT / "cudnn_compat" / "_signatures.py").read_text(), \
-        "cudnn_compat/_signatures.py is stale: run python tools/gen_signatures.py"
+    assert gen_signatures.generate(v9, v8) == (ROOT / "cudnn_compat" / "_core" / "signatures.py").read_text(), \
+        "cudnn_compat/_core/signatures.py is stale: run python tools/gen_signatures.py"
 
 
 def test_header_facts_the_converters_rely_on():

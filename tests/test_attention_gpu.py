@@ -68,17 +68,17 @@ def run_all(h, s, dev, host, residual=False, add=False, dout=None):
     engines = []
     cc.cudnnMultiHeadAttnForward(h, s.attn, -1, s.lo, s.hi, None, None, s.qd, d["q"], d["r"] if residual else None,
                                  s.kd, d["k"], s.vd, d["v"], s.od, out, s.wsize, w, 0, None, s.rsize, res)
-    engines.append(cc._call.last_plan().engine)
+    engines.append(cc._core.call.last_plan().engine)
     g = {n: dev(np.zeros(s.bufs[n].size, npt)) for n in "qkv"}
     cc.cudnnMultiHeadAttnBackwardData(h, s.attn, s.lo, s.hi, None, None, s.od, dd, s.qd, g["q"], d["q"], s.kd, g["k"],
                                       d["k"], s.vd, g["v"], d["v"], s.wsize, w, 0, None, s.rsize, res)
-    engines.append(cc._call.last_plan().engine)
+    engines.append(cc._core.call.last_plan().engine)
     dw = dev(prior if add else np.zeros_like(s.wbuf))
     cc.cudnnMultiHeadAttnBackwardWeights(h, s.attn, cc.CUDNN_WGRAD_MODE_ADD if add else cc.CUDNN_WGRAD_MODE_SET,
                                          s.qd, d["q"], s.kd, d["k"], s.vd, d["v"], s.od, dd, s.wsize, w, dw, 0, None,
                                          s.rsize, res)
     if s.wsize:  # no projections: nothing is trainable and no graph runs
-        engines.append(cc._call.last_plan().engine)
+        engines.append(cc._core.call.last_plan().engine)
     result = {"out": host(out), "dq": host(g["q"]), "dk": host(g["k"]), "dv": host(g["v"]), "dw": host(dw)}
     return result, engines
 
@@ -98,18 +98,18 @@ def _graphs_of_calls(dtype=F32, math=cc.CUDNN_DEFAULT_MATH, **kw):
     graphs = []
     res = np.zeros(s.rsize, np.uint8)
     s.forward(reserve=res)
-    graphs.append(cc._call.last_plan().graph)
+    graphs.append(cc._core.call.last_plan().graph)
     npt = NP[dtype]
     dout = np.ones(int(np.prod(s.out_shape)), npt)
     g = [np.zeros(s.bufs[n].size, npt) for n in "qkv"]
     cc.cudnnMultiHeadAttnBackwardData(h, s.attn, s.lo, s.hi, None, None, s.od, dout, s.qd, g[0], s.bufs["q"], s.kd, g[1],
                                       s.bufs["k"], s.vd, g[2], s.bufs["v"], s.wsize, s.wbuf, 0, None, s.rsize, res)
-    graphs.append(cc._call.last_plan().graph)
+    graphs.append(cc._core.call.last_plan().graph)
     if s.wsize:
         cc.cudnnMultiHeadAttnBackwardWeights(h, s.attn, cc.CUDNN_WGRAD_MODE_SET, s.qd, s.bufs["q"], s.kd, s.bufs["k"],
                                              s.vd, s.bufs["v"], s.od, dout, s.wsize, s.wbuf, np.zeros_like(s.wbuf),
                                              0, None, s.rsize, res)
-        graphs.append(cc._call.last_plan().graph)
+        graphs.append(cc._core.call.last_plan().graph)
     cc.cudnnDestroy(h)
     return graphs
 
@@ -304,7 +304,7 @@ def test_gpu_inference_steps(gpu, dtype, math):
         out = cupy.zeros(want.size, npt)
         cc.cudnnMultiHeadAttnForward(h, s.attn, curr, s.lo, s.hi, None, None, s.qd, d["q"], None, s.kd, d["k"], s.vd,
                                      d["v"], s.od, out, s.wsize, w, 0, None, 0, None)
-        assert cc._call.last_plan().engine == "cupy"
+        assert cc._core.call.last_plan().engine == "cupy"
         np.testing.assert_allclose(out.get().astype(np.float64), want.astype(np.float64), **_tol(dtype, want))
     cc.cudnnDestroy(cpu)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import backend_api as ba
+from cudnn_compat.graph_api import api as ba
 
 T = cc  # enum constants live on the package: cc.CUDNN_TYPE_INT64, cc.CUDNN_ATTR_..., ...
 

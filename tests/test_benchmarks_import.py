@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_compat import cli
+from cudnn_compat.tools import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -134,7 +134,7 @@ def test_bench_list(capsys):
 
 
 def test_bench_outside_a_checkout_says_so(monkeypatch, tmp_path, capsys):
-    fake = tmp_path / "site-packages" / "cudnn_compat" / "cli.py"
+    fake = tmp_path / "site-packages" / "cudnn_compat" / "tools" / "cli.py"
     monkeypatch.setattr(cli, "__file__", str(fake))
     assert cli.main(["bench", "conv"]) == 2
     err = capsys.readouterr().err
@@ -152,7 +152,7 @@ def calls(monkeypatch):
 
 
 def test_bench_runs_every_benchmark_on_a_gpu(monkeypatch, calls, capsys):
-    monkeypatch.setattr("cudnn_compat._place.gpu_reason", lambda: None)
+    monkeypatch.setattr("cudnn_compat._core.place.gpu_reason", lambda: None)
     assert cli.main(["bench", "--quick"]) == 0
     assert [Path(c[0][1]).name for c in calls] == [b.script for b in cli.BENCHMARKS]
     for cmd, cwd in calls:
@@ -163,14 +163,14 @@ def test_bench_runs_every_benchmark_on_a_gpu(monkeypatch, calls, capsys):
 
 
 def test_bench_names_and_scripts(monkeypatch, calls):
-    monkeypatch.setattr("cudnn_compat._place.gpu_reason", lambda: None)
+    monkeypatch.setattr("cudnn_compat._core.place.gpu_reason", lambda: None)
     assert cli.main(["bench", "rnn", "bench_programs", "host_overhead.py"]) == 0
     assert [Path(c[0][1]).name for c in calls] == ["bench_rnn.py", "bench_programs.py", "host_overhead.py"]
     assert cli.main(["bench", "bench_nothing"]) == 2
 
 
 def test_bench_without_a_gpu(monkeypatch, calls, capsys):
-    monkeypatch.setattr("cudnn_compat._place.gpu_reason", lambda: "no CUDA device (test)")
+    monkeypatch.setattr("cudnn_compat._core.place.gpu_reason", lambda: "no CUDA device (test)")
     assert cli.main(["bench"]) == 2 and cli.main(["bench", "rnn", "host_overhead"]) == 2
     err = capsys.readouterr().err
     assert "no CUDA device (test)" in err and "runs on the CPU: host_overhead" in err
@@ -181,7 +181,7 @@ def test_bench_without_a_gpu(monkeypatch, calls, capsys):
 
 def test_bench_reports_a_failing_script(monkeypatch, capsys):
     import subprocess as sp
-    monkeypatch.setattr("cudnn_compat._place.gpu_reason", lambda: None)
+    monkeypatch.setattr("cudnn_compat._core.place.gpu_reason", lambda: None)
     monkeypatch.setattr(sp, "call", lambda cmd, cwd=None: 3)
     assert cli.main(["bench", "fusion"]) == 1
     assert "fusion exited with 3" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from cudnn_compat import cli, demo
+from cudnn_compat.tools import cli, demo
 
 MISSING = demo.missing_functions()
 needs_demo = pytest.mark.skipif(bool(MISSING), reason=f"demo needs legacy functions not registered yet: {MISSING}")
@@ -76,7 +76,7 @@ def test_demo_gpu(capsys):
 # -- issue 13, item 12: rough edges -----------------------------------------------------------------
 
 def test_demo_gpu_without_a_gpu_is_one_line_and_status_2(monkeypatch, capsys):
-    import cudnn_compat._place as place
+    import cudnn_compat._core.place as place
     monkeypatch.setattr(place, "gpu_reason", lambda: "no CUDA device (test)")
     assert cli.main(["demo", "--place", "gpu"]) == 2
     err = capsys.readouterr().err
@@ -102,7 +102,7 @@ def test_demo_setup_error_is_one_line(monkeypatch, capsys):
 
 
 def test_demo_gpu_subprocess_without_gpu():
-    from cudnn_compat._place import gpu_reason
+    from cudnn_compat._core.place import gpu_reason
     if gpu_reason() is None:
         pytest.skip("a GPU is present")
     p = subprocess.run([sys.executable, "-m", "cudnn_compat", "demo", "--place", "gpu"], capture_output=True, text=True,

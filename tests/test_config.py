@@ -13,7 +13,7 @@ import pytest
 
 import cudnn_compat as cc
 from cudnn_compat._backend import config
-from cudnn_compat import cli
+from cudnn_compat.tools import cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LIBRARY_VARS = [v.name for v in config.VARIABLES if v.scope == config.LIBRARY]
@@ -111,7 +111,7 @@ def test_values_follow_the_environment_at_run_time(monkeypatch):
     with pytest.warns(config.ConfigWarning, match="CUDNN_COMPAT_PLAN_CACHE_SIZE"):
         assert PlanCache().maxsize == 1024
     monkeypatch.setenv("CUDNN_COMPAT_DEVICE", "cpu")
-    from cudnn_compat._place import default_place
+    from cudnn_compat._core.place import default_place
     assert default_place() == "cpu"
     with pytest.raises(KeyError):
         config.getter("CUDNN_COMPAT_NOT_DECLARED")
@@ -143,7 +143,7 @@ BAD_ENV = {"CUDNN_COMPAT_PLAN_CACHE_SIZE": "abc", "CUDNN_COMPAT_TRACE": "/no/suc
 
 def test_import_with_bad_values_warns_once_each_and_uses_defaults():
     code = ("import logging, cudnn_compat as cc\n"
-            "from cudnn_compat._place import default_place, gpu_reason\n"
+            "from cudnn_compat._core.place import default_place, gpu_reason\n"
             "assert cc.plan_cache_info().maxsize == 1024\n"
             "assert cc.trace.active() is None\n"
             "assert default_place() == ('gpu' if gpu_reason() is None else 'cpu')\n"
@@ -194,7 +194,7 @@ def test_doctor_runs_and_lists_every_variable(monkeypatch, capsys):
 
 def test_doctor_command_runs_with_bad_values():
     env = dict(BAD_ENV, CUDNN_COMPAT_ENGINE="tpu")
-    p = _run("import sys; from cudnn_compat.cli import main; sys.exit(main(['doctor']))", **env)
+    p = _run("import sys; from cudnn_compat.tools.cli import main; sys.exit(main(['doctor']))", **env)
     assert p.returncode == 0, p.stderr
     assert "CUDNN_COMPAT_PLAN_CACHE_SIZE   'abc' NOT UNDERSTOOD" in p.stdout
     assert "no engine named 'tpu'" in p.stdout
@@ -203,9 +203,9 @@ def test_doctor_command_runs_with_bad_values():
 # -- one table, read only through it --------------------------------------------------------------
 
 _ALLOWED_RAW = {  # file -> why it touches os.environ for a CUDNN_COMPAT_* variable
-    "cudnn_compat/replay.py": "sets CUDNN_COMPAT_ENGINE around a replay and restores it (a write)",
-    "cudnn_compat/demo.py": "unsets CUDNN_COMPAT_ENGINE around the reference run and restores it (a write)",
-    "cudnn_compat/shim.py": "the .pth start-up gate (one lookup before importing anything; then config parses)",
+    "cudnn_compat/tools/replay.py": "sets CUDNN_COMPAT_ENGINE around a replay and restores it (a write)",
+    "cudnn_compat/tools/demo.py": "unsets CUDNN_COMPAT_ENGINE around the reference run and restores it (a write)",
+    "cudnn_compat/cupy13/shim.py": "the .pth start-up gate (one lookup before importing anything; then config parses)",
 }
 
 

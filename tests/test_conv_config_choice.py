@@ -15,7 +15,7 @@ from cudnn_compat._backend.engines.base import EngineConfig
 from cudnn_compat._backend.engines.cudnn_engine import autotune as tune
 from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
 from cudnn_compat._backend.ir import OperationGraph, Tensor, packed_strides
-from cudnn_compat._call import blended
+from cudnn_compat._core.call import blended
 
 FILTER = "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_"
 

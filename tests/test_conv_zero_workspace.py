@@ -1,6 +1,6 @@
 """Every supported convolution has an algorithm that runs with no workspace (issue 13 item 8): CuPy 13's
 ``convolution_backward_filter`` with ``max_workspace_size=0`` raised "No available algorithm found"
-for 2-D dilation 2 float32 and 3-D float16 problems.  ``_conv_algos.zero_workspace_algo`` designates
+for 2-D dilation 2 float32 and 3-D float16 problems.  ``convolution.algos.zero_workspace_algo`` designates
 one algorithm per problem (IMPLICIT_GEMM / BWD_DATA_ALGO_0 / BWD_FILTER_ALGO_0, else the first the
 002 tables support), the legacy layer marks its conv op ``zero_workspace`` and the engines honour it
 (the cudnn engine takes only zero-workspace configs or declines; the cupy and reference engines need
@@ -15,8 +15,8 @@ import pytest
 import cudnn_compat as cc
 from cudnn_compat._backend.engines.base import EngineConfig
 from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
-from cudnn_compat import _conv_algos as A
-from cudnn_compat import cupyx_cudnn as X
+from cudnn_compat.convolution import algos as A
+from cudnn_compat.cupy13 import cupyx_cudnn as X
 from conv_util import ref_bwd_data, ref_bwd_filter, ref_conv
 
 DT = {"float32": cc.CUDNN_DATA_FLOAT, "float64": cc.CUDNN_DATA_DOUBLE, "float16": cc.CUDNN_DATA_HALF}

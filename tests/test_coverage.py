@@ -18,7 +18,7 @@ if __name__ == "__main__":  # run as a script from anywhere
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 import cudnn_compat as cc  # noqa: E402
-from cudnn_compat._registry import CUPY_NAMES, cupy_name  # noqa: E402
+from cudnn_compat._core.registry import CUPY_NAMES, cupy_name  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 

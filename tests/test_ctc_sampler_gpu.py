@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _call
+from cudnn_compat._core import call as _call
 from conftest import tdesc
 
 pytestmark = pytest.mark.gpu

@@ -312,13 +312,13 @@ def emu():
         pytest.skip(kernel_emu.available())
     import host_emu
     import cudnn_compat as cc
-    from cudnn_compat import _memo
+    from cudnn_compat._core import memo as _memo
     cc.plan_cache_clear()
     e = host_emu.Emu("emulate")
     yield e
     e.restore()
     _memo.clear_all()
-    cc._call.clear_lanes()
+    cc._core.call.clear_lanes()
 
 
 def test_legacy_calls_on_a_gpu_handle_take_the_kernels_and_records(emu, monkeypatch):
@@ -368,7 +368,7 @@ def test_legacy_calls_on_a_gpu_handle_take_the_kernels_and_records(emu, monkeypa
                                     cc.CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, d, wrap(work), ws)
                 res.append((costs, grads, u))
             out.append(res)
-        plan = cc._call.last_plan()
+        plan = cc._core.call.last_plan()
         assert plan.engine == "cupy" and plan.launch_mode == "record"
         for (wc, wg, _), (gc, gg, _) in zip(*out):
             np.testing.assert_allclose(gc, wc, rtol=1e-5)
@@ -390,7 +390,7 @@ def test_legacy_calls_on_a_gpu_handle_take_the_kernels_and_records(emu, monkeypa
                                              tdesc(ydims), wrap(dy), wrap(grid), -1.0, wrap(dg))
             res.append((y, dx, dg))
         outs.append(res)
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     assert plan.engine == "cupy" and plan.launch_mode == "record"
     for want, got in zip(*outs):
         for w, g in zip(want, got):

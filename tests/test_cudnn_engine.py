@@ -23,7 +23,7 @@ from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
 from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
 from cudnn_compat._backend.engines.cudnn_engine.graph import Decline, candidates, translate
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar, virtual
-from cudnn_compat._call import blended
+from cudnn_compat._core.call import blended
 
 ALPHA, BETA, ALPHA2 = 9001, 9002, 9003
 CONV_ATTRS = dict(mode="CROSS_CORRELATION", pre_padding=(1, 1), post_padding=(1, 1), stride=(1, 1),
@@ -41,7 +41,7 @@ def conv_graph(beta_zero=True, dtype="float16"):
 
 
 def conv_bias_act_graph(use_z=True, relu=True):
-    """The graph cudnnConvolutionBiasActivationForward builds (cudnn_compat/cnn.py)."""
+    """The graph cudnnConvolutionBiasActivationForward builds (cudnn_compat/convolution/api.py)."""
     x, w, y = T(1, (2, 4, 8, 8)), T(2, (6, 4, 3, 3)), T(3, (2, 6, 8, 8))
     z, bias = T(4, (2, 6, 8, 8)), T(5, (1, 6, 1, 1))
     c = virtual(8001, y.dims, "float32")
@@ -79,7 +79,7 @@ def test_registered_for_the_gpu_place():
 
 
 def test_available_gives_a_reason_without_cupy_or_libcudnn():
-    from cudnn_compat._place import gpu_reason
+    from cudnn_compat._core.place import gpu_reason
     if gpu_reason() is None:
         pytest.skip("a GPU is present here")
     why = REGISTRY.engines["cudnn"].available()
@@ -1006,7 +1006,7 @@ size = cc.cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, algo)
 ws_buf = cupy.empty(max(size, 1), np.uint8)
 cc.cudnnConvolutionForward(h, 1.0, xd, x, wd, w, cd, algo, ws_buf, size, 0.0, yd, y)
 cupy.cuda.runtime.deviceSynchronize()
-plan = cc._call.last_plan()
+plan = cc._core.call.last_plan()
 print(json.dumps({"stats": autotune.STATS, "engine": plan.engine, "config": str(plan.config),
                   "y": y.astype(np.float32).get()[:4096].tolist()}))
 '''

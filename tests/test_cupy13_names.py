@@ -4,7 +4,7 @@ The expectation comes from ``tests/data/cupy13_cudnn_names.txt``, extracted from
 ``cupy_backends/cuda/libs/cudnn.pyx`` (and the ``cpdef enum`` of its ``cudnn.pxd``) by
 ``tools/gen_cupy13_names.py`` -- not from our registry:
 
-* every name exists in ``cupy.cuda.cudnn`` (``cudnn_compat.cupy_cudnn``) with CuPy 13's value;
+* every name exists in ``cupy.cuda.cudnn`` (``cudnn_compat.cupy13.cupy_cudnn``) with CuPy 13's value;
 * every function exists at the top level of ``cudnn_compat`` with the ``cudnn`` prefix
   (``cudnnSetFilter4dDescriptor_v4``), the two Python helpers (``check_status``,
   ``get_build_version``) and every class and constant under their own names;
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import cupy_cudnn as L
-from cudnn_compat import shim
+from cudnn_compat.cupy13 import cupy_cudnn as L
+from cudnn_compat.cupy13 import shim
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "cupy13_cudnn_names.txt"

@@ -513,7 +513,7 @@ def test_conv_bias_activation(handles, rng, dtype, layout):
 # -- engine behaviour -----------------------------------------------------------------------------
 
 def _plan_of_last_call():
-    from cudnn_compat._call import last_plan
+    from cudnn_compat._core.call import last_plan
     return last_plan()
 
 

@@ -1,7 +1,7 @@
-"""The CuPy 13 drop-in (issue 8): ``cudnn_compat.shim`` registering ``cupy.cuda.cudnn``,
+"""The CuPy 13 drop-in (issue 8): ``cudnn_compat.cupy13.shim`` registering ``cupy.cuda.cudnn``,
 ``cupyx.cudnn``, ``cupy.cudnn`` and ``cupy.cuda.cudnn_enabled``; the low-level module
-``cudnn_compat.cupy_cudnn`` (CuPy 13's names, pointer arguments, constants, CuDNNError,
-CuDNNAlgoPerf); the high-level helpers ``cudnn_compat.cupyx_cudnn`` on NumPy arrays (CPU place)
+``cudnn_compat.cupy13.cupy_cudnn`` (CuPy 13's names, pointer arguments, constants, CuDNNError,
+CuDNNAlgoPerf); the high-level helpers ``cudnn_compat.cupy13.cupyx_cudnn`` on NumPy arrays (CPU place)
 against formulas written here; and, on a GPU, the same calls with CuPy arrays against direct
 calls, the CPU reference and the real legacy libcudnn.
 """
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import cupy_cudnn as L
-from cudnn_compat import cupyx_cudnn as X
-from cudnn_compat import shim
+from cudnn_compat.cupy13 import cupy_cudnn as L
+from cudnn_compat.cupy13 import cupyx_cudnn as X
+from cudnn_compat.cupy13 import shim
 
 BAD_PARAM, NOT_SUPPORTED = 3, 9
 
@@ -244,7 +244,7 @@ def test_pth_line_installs_the_lazy_hook_only_when_opted_in(monkeypatch):
 
 
 def test_install_shim_command_writes_and_removes_the_pth(tmp_path, capsys):
-    from cudnn_compat.cli import main
+    from cudnn_compat.tools.cli import main
     assert main(["install-shim", "--dir", str(tmp_path)]) == 0
     pth = tmp_path / shim.PTH_NAME
     assert pth.read_text() == shim.PTH_LINE and shim.ENV in capsys.readouterr().out
@@ -304,7 +304,7 @@ def test_cudnn_error_is_cupys_and_ours():
 
 
 def test_a_family_registered_later_is_found():
-    from cudnn_compat._registry import CUPY_NAMES, LEGACY, legacy
+    from cudnn_compat._core.registry import CUPY_NAMES, LEGACY, legacy
 
     @legacy("cudnnZzShimProbe")
     def zzShimProbe(x):
@@ -345,7 +345,7 @@ def test_int_array_arguments_are_host_pointers():
     st = L.createSpatialTransformerDescriptor()
     L.setSpatialTransformerDescriptor(st, L.CUDNN_SAMPLER_BILINEAR, L.CUDNN_DATA_FLOAT, 4, ints(2, 3, 5, 6).ctypes.data)
     from cudnn_compat.spatial import SpatialTransformerDescriptor
-    from cudnn_compat._descriptor import resolve
+    from cudnn_compat._core.descriptor import resolve
     assert resolve(st, SpatialTransformerDescriptor, "st").dims == (2, 3, 5, 6)
     # a bad count reaches the legacy function, which rejects it
     with pytest.raises(L.CuDNNError) as e:

@@ -410,7 +410,7 @@ def test_byte_views_are_accepted(handle, rng):
 
 def test_accepted_dtype_table():
     """The table docs/conventions.md lists: exactly these array dtypes per descriptor data type."""
-    from cudnn_compat._data import ACCEPTED, dtype_ok
+    from cudnn_compat._core.data import ACCEPTED, dtype_ok
     want = {"float32": {"float32", "uint8"}, "float64": {"float64", "uint8"}, "float16": {"float16", "uint8"},
             "bfloat16": {"uint16", "uint8"}, "int8": {"int8", "uint8"}, "uint8": {"uint8"}, "int32": {"int32", "uint8"},
             "int64": {"int64", "uint8"}, "bool": {"bool", "uint8"}}
@@ -772,7 +772,7 @@ def test_int_pointer_arguments_never_fault(tmp_path):
 
 def test_safe_host_reads():
     """Both probes read what is there and report what is not readable."""
-    from cudnn_compat._data import _pipe_reader, _vm_reader, read_host
+    from cudnn_compat._core.data import _pipe_reader, _vm_reader, read_host
     cells = (ctypes.c_double * 1200)(*range(1200))
     for read in (r for r in (_vm_reader(), _pipe_reader()) if r is not None):
         assert read(ctypes.addressof(cells), ctypes.sizeof(cells)) == bytes(cells)  # over several pipe chunks

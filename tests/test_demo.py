@@ -1,12 +1,12 @@
 """The demo's checks (issue 16 item 4): every op is compared with an independent NumPy formula
-written in cudnn_compat/demo.py, not with the library's reference engine, so a wrong op fails
-on the CPU place too (cudnn_compat/demo.py; tests/test_cli.py runs the command)."""
+written in cudnn_compat/tools/demo.py, not with the library's reference engine, so a wrong op fails
+on the CPU place too (cudnn_compat/tools/demo.py; tests/test_cli.py runs the command)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cudnn_compat import demo
+from cudnn_compat.tools import demo
 
 
 def test_cpu_errors_are_measured_against_the_formulas():

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _descriptor
-from cudnn_compat import cupy_cudnn as L
+from cudnn_compat._core import descriptor as _descriptor
+from cudnn_compat.cupy13 import cupy_cudnn as L
 
 BAD, NOT_SUP = cc.CUDNN_STATUS_BAD_PARAM, cc.CUDNN_STATUS_NOT_SUPPORTED
 FIELDS = ("status", "argument", "rule", "function", "message", "status_name")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import explain, replay
+from cudnn_compat.tools import explain, replay
 from cudnn_compat._backend import config, heuristics, planner
 from cudnn_compat._backend.engines.base import REGISTRY, Engine, ExecutionPlan
 from conftest import tdesc
@@ -84,7 +84,7 @@ def gpu(monkeypatch):
                 return object.__new__(cls)
             return host_emu._ndarray(*a, **k).view(_View)  # cupy.ndarray(shape, dtype, memptr, strides)
 
-    from cudnn_compat import _data
+    from cudnn_compat._core import data as _data
     mod = sys.modules["cupy"]
     mod.ndarray, mod.cuda = ND, host_emu.fake_cupy().cuda
     mod.cuda.runtime.deviceSynchronize = lambda: None  # cudnn_compat.trace syncs a GPU handle
@@ -130,7 +130,7 @@ def test_fallback_warns_once_per_signature_and_names_kinds_and_reasons(gpu):
         assert "decl_b: engine B cannot translate it (test)" in msg
         assert "CUDNN_COMPAT_CPU_FALLBACK=0" in msg
         assert w.filename == HERE  # points at the caller's line, not into the library
-    assert cc._call.last_plan().engine == "reference" and cc._call.last_plan().cpu_fallback
+    assert cc._core.call.last_plan().engine == "reference" and cc._core.call.last_plan().cpu_fallback
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         for d in (d6, d24):
@@ -241,7 +241,7 @@ def test_engine_failing_at_execute_is_logged_with_traceback_and_explained(gpu, m
     assert "Traceback" not in err and "KeyError" not in err and "Traceback" not in out
     msgs = [str(w.message) for w in _fallbacks(rec.list)]
     assert len(msgs) == 1 and "crasher: failed at execute (KeyError: 15" in msgs[0]
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     assert plan.failures == [("crasher", "KeyError: 15")]
     text = explain.explain(replay.load(str(path)))
     assert "ENGINE FAILURE: crasher failed at execute (KeyError: 15" in text
@@ -358,7 +358,7 @@ def test_raw_pointer_plan_failing_hands_the_next_engine_views(gpu, monkeypatch, 
             cc.cudnnActivationForward(h, ad, 2.0, d, ND(a), 0.5, d, ND(c))
     assert raw.seen and "int" in raw.seen[0]  # it was handed raw pointers
     np.testing.assert_allclose(c, want, rtol=1e-6)
-    assert cc._call.last_plan().engine == "reference"
+    assert cc._core.call.last_plan().engine == "reference"
 
 
 # -- on the device: an engine that fails after binding raw device pointers -----------------------------------
@@ -432,7 +432,7 @@ def test_gpu_cudnn_failing_after_raw_binding_hands_the_next_engine_arrays(rng, m
         with caplog.at_level(logging.ERROR, logger="cudnn_compat"):
             _bwd_filter(h, descs, cupy.asarray(x), cupy.asarray(dy), dwg)
         assert seen and all(int in types.values() for types in seen.values())  # it was handed raw pointers
-        assert cc._call.last_plan().engine != "cudnn"
+        assert cc._core.call.last_plan().engine != "cudnn"
         np.testing.assert_allclose(cupy.asnumpy(dwg), want, rtol=1e-4, atol=1e-4)
         assert any("injected failure" in r.getMessage() for r in caplog.records)
     finally:
@@ -458,7 +458,7 @@ def test_gpu_cupy_record_plan_failing_after_raw_binding_hands_the_reference_arra
     try:
         with caplog.at_level(logging.ERROR, logger="cudnn_compat"):
             cc.cudnnActivationForward(h, ad, 2.0, xd, cupy.asarray(x), 0.0, xd, y)
-        assert seen and cc._call.last_plan().engine == "reference"
+        assert seen and cc._core.call.last_plan().engine == "reference"
         np.testing.assert_allclose(cupy.asnumpy(y), 2.0 * np.maximum(x, 0.0), rtol=1e-6)
     finally:
         cc.plan_cache_clear()

@@ -11,7 +11,8 @@ import cudnn_compat as cc
 from cudnn_compat._backend import heuristics
 from cudnn_compat._backend.engines.base import REGISTRY
 from cudnn_compat._backend.engines.reference import ReferenceEngine
-from cudnn_compat import _call, _registry, fusion
+from cudnn_compat._core import call as _call, registry as _registry
+from cudnn_compat.tools import fuse as fusion
 from conftest import tdesc
 from conv_util import ref_conv
 
@@ -421,10 +422,10 @@ def test_tiny_plan_cache_evicting_plans_between_record_and_flush(monkeypatch, ha
     cc.plan_cache_clear()
 
 
-@pytest.mark.skipif(__import__("cudnn_compat._place", fromlist=["gpu_reason"]).gpu_reason() is None,
+@pytest.mark.skipif(__import__("cudnn_compat._core.place", fromlist=["gpu_reason"]).gpu_reason() is None,
                     reason="checks the message of a machine without a GPU")
 def test_bench_command_fails_clearly_without_gpu(capsys):
-    from cudnn_compat import cli
+    from cudnn_compat.tools import cli
     assert cli.main(["bench"]) == 2
     assert "need a CUDA GPU" in capsys.readouterr().err
 

@@ -739,7 +739,7 @@ def test_fuzz_descriptor_lifecycle(ops):
     """Random create/set/destroy sequences over every descriptor type: destroying twice, setting or
     using a destroyed descriptor, or passing one type for another is BAD_PARAM, never a crash; ids are
     never reused while alive; every created descriptor is destroyed (live count back to the start)."""
-    from cudnn_compat._descriptor import live_count
+    from cudnn_compat._core.descriptor import live_count
     STATS["lifecycle", "examples"] += 1
     start = live_count()
     live, dead = [], []

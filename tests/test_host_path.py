@@ -1,6 +1,6 @@
 """The cached call path on a GPU handle (issue 14 item 3): launch records of the cupy engine
-(_backend/engines/cupy_engine/records.py), the generated binder (cudnn_compat/_fastbind.py) and
-the per-signature memo of the legacy functions (cudnn_compat/_memo.py).
+(_backend/engines/cupy_engine/records.py), the generated binder (cudnn_compat/_core/fastbind.py) and
+the per-signature memo of the legacy functions (cudnn_compat/_core/memo.py).
 
 On the CPU the GPU place is emulated (tests/host_emu.py): raw pointers, records and binders run
 for real and kernels run on the CPU kernel emulator, so the numbers are checked against the
@@ -208,13 +208,13 @@ def emu():
     if why:
         pytest.skip(why)
     import host_emu
-    from cudnn_compat import _memo
+    from cudnn_compat._core import memo as _memo
     cc.plan_cache_clear()
     e = host_emu.Emu("emulate")
     yield e
     e.restore()
     _memo.clear_all()
-    cc._call.clear_lanes()
+    cc._core.call.clear_lanes()
 
 
 def _emu_place(e, h):
@@ -233,7 +233,7 @@ def test_records_give_the_reference_numbers(emu, rng, case):
     h = emu.handle()
     for ref, got in run_twice(_emu_place(emu, h), case, rng):
         assert_close(ref, got)
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     assert plan.engine == "cupy" and plan.launch_mode == "record"
     assert len(plan._path.records) == 1
 
@@ -250,12 +250,12 @@ def test_a_record_is_made_once_and_reused(emu, rng):
     records.FastPath.add = lambda self, tracer: (made.append(tracer), orig(self, tracer))[1]
     try:
         call(h, dev, 1.0, 0.0)
-        plan = cc._call.last_plan()
+        plan = cc._core.call.last_plan()
         fast, rec = plan.fast, next(iter(plan._path.records.values()))
         n0 = runtime.LAUNCHES[0]
         for i in range(5):
             call(h, dev, 1.0 + i, 0.0)
-            assert cc._call.last_plan() is plan and plan.fast is fast
+            assert cc._core.call.last_plan() is plan and plan.fast is fast
             assert next(iter(plan._path.records.values())) is rec
     finally:
         records.FastPath.add = orig
@@ -279,7 +279,7 @@ def test_repeated_calls_replay_a_cuda_graph(emu, rng, monkeypatch):
             st["x"][...] = rng.standard_normal(S)  # new contents, same memory
             call(h, d, 1.5, 0.0)
             np.testing.assert_allclose(st["y"], 1.5 * np.maximum(st["x"], 0), rtol=1e-6)
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     # set 1: trace (steps), note, capture, then 3 replays; set 2 (the record exists): note, capture, 4 replays
     assert emu.captures == 2 and emu.graph_launches == 3 + 4
     assert sorted(g > 0 for g in plan._path.graphs.values()) == [True, True]
@@ -298,7 +298,7 @@ def test_graph_table_is_bounded(emu, rng, monkeypatch):
     for i in range(3 * records.FastPath.GRAPHS):
         for _ in range(3):
             call(h, d, 1.0 + i, 0.0)  # a new alpha: a new key, captured on its third call
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     assert len(plan._path.graphs) <= records.FastPath.GRAPHS
     assert len(emu.graphs) <= records.FastPath.GRAPHS  # dropped graphs are destroyed
     np.testing.assert_allclose(st["y"], (3.0 * records.FastPath.GRAPHS) * np.maximum(st["x"], 0), rtol=1e-6)
@@ -337,7 +337,7 @@ def test_scalar_slots_follow_alpha_and_beta(emu, rng):
         call(h, {"x": dx, "y": dy}, alpha, beta)
         want = alpha * np.maximum(x, 0) + beta * want
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-    assert len(cc._call.last_plan()._path.records) == 1
+    assert len(cc._core.call.last_plan()._path.records) == 1
 
 
 def test_overlapping_guarded_buffers_take_the_steps(emu, rng):
@@ -352,7 +352,7 @@ def test_overlapping_guarded_buffers_take_the_steps(emu, rng):
     cc.cudnnPoolingForward(hc, pd, 1.0, xd, x.copy(), 0.0, yd, want)
     y = np.zeros(P, np.float32)
     cc.cudnnPoolingForward(h, pd, 1.0, xd, host_emu.EmuArray(x.copy()), 0.0, yd, host_emu.EmuArray(y))  # records
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     assert plan.fast is not None and plan._path.guards  # x is guarded against y
     buf = x.copy()  # y written into x's own memory
     cc.cudnnPoolingForward(h, pd, 1.0, xd, host_emu.EmuArray(buf), 0.0, yd, host_emu.EmuArray(buf))
@@ -418,7 +418,8 @@ def test_bad_input_is_still_bad_param_after_caching(emu, rng):
 
 def test_memo_does_not_grow_with_descriptors_made_per_call(rng):
     """A program that creates its descriptors per call: one memo entry per settings, not per object."""
-    from cudnn_compat import activation, _memo
+    from cudnn_compat import activation
+    from cudnn_compat._core import memo as _memo
     _memo.clear_all()
     h = cc.cudnnCreate("cpu")
     ad = _act(rng)
@@ -589,21 +590,21 @@ def test_lane_follows_the_plan_cache(emu, rng, monkeypatch):
     good = _f32({**ins, **outs})
     for _ in range(3):
         call(h, _dev(good), 1.0, 0.0)
-    old = cc._call.last_plan()
+    old = cc._core.call.last_plan()
     cc.plan_cache_clear()
     for _ in range(3):
         bufs = _f32({**ins, **outs})
         call(h, _dev(bufs), 2.0, 0.0)
         np.testing.assert_allclose(bufs["y"], 2.0 * np.maximum(bufs["x"], 0), rtol=1e-6)
-    assert cc._call.last_plan() is not old and cc.plan_cache_info().currsize == 1
+    assert cc._core.call.last_plan() is not old and cc.plan_cache_info().currsize == 1
     # LRU order: another signature planned after it, then the lane's plan is back at the end within
     # LANE_LRU_EVERY + 1 lane calls (the hit is counted on every call)
     from cudnn_compat._backend.plan_cache import CACHE
     ins2, outs2, call2 = case_softmax_fwd(rng)
     call2(h, _dev(_f32({**ins2, **outs2})), 1.0, 0.0)
-    assert next(reversed(CACHE._d.values())) is cc._call.last_plan()  # the softmax plan
+    assert next(reversed(CACHE._d.values())) is cc._core.call.last_plan()  # the softmax plan
     act_plan = [p for p in CACHE._d.values() if p.graph.name == "ActivationForward"][0]
-    for _ in range(cc._call.LANE_LRU_EVERY + 1):
+    for _ in range(cc._core.call.LANE_LRU_EVERY + 1):
         call(h, _dev(good), 1.0, 0.0)
     assert next(reversed(CACHE._d.values())) is act_plan
     general = _count_general(monkeypatch)
@@ -619,13 +620,13 @@ def test_lane_follows_the_plan_cache(emu, rng, monkeypatch):
 def native_emu():
     """The emulated GPU place with the native cudnn engine over a stand-in libcudnn (nothing runs)."""
     import host_emu
-    from cudnn_compat import _memo
+    from cudnn_compat._core import memo as _memo
     cc.plan_cache_clear()
     e = host_emu.Emu("noop", cudnn=True)
     yield e
     e.restore()
     _memo.clear_all()
-    cc._call.clear_lanes()
+    cc._core.call.clear_lanes()
     cc.plan_cache_clear()
 
 
@@ -654,7 +655,7 @@ def test_native_lane_binds_and_checks_convolutions(native_emu, monkeypatch):
         cc.cudnnConvolutionForward(h, 1.0, xd, d["x"], wd, d["w"], cd, algo, None, 0, 0.0, y_desc, d["y"])
     for _ in range(4):
         fwd()
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     assert plan.engine == "cudnn"
     general = _count_general(monkeypatch)
     launches = native_emu.native.graph_launches
@@ -662,7 +663,7 @@ def test_native_lane_binds_and_checks_convolutions(native_emu, monkeypatch):
     for _ in range(3):
         fwd()
     assert general[0] == 0 and cc.plan_cache_info().hits == hits + 3
-    assert native_emu.native.graph_launches == launches + 3 and cc._call.last_plan() is plan
+    assert native_emu.native.graph_launches == launches + 3 and cc._core.call.last_plan() is plan
     bad = dict(dev, x=host_emu.EmuArray(bufs["x"].astype(np.float16)))
     with pytest.raises(cc.CuDNNError) as e:
         fwd(bad)
@@ -699,7 +700,7 @@ def test_gpu_cached_calls_give_the_reference_numbers(case, rng):
         return {k: cupy.asnumpy(v) for k, v in dev.items()}
     for ref, got in run_twice(place_call, case, rng):
         assert_close(ref, got, tol=1e-4)
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     if plan.engine == "cupy" and plan.launch_mode == "record":
         assert len(plan._path.records) == 1 and plan.fast is not None
 
@@ -717,7 +718,7 @@ def test_gpu_record_launches_on_the_handle_stream(rng):
     cupy.cuda.Device().synchronize()
     for i in range(3):
         call(h, dev, 1.0, 0.0)
-    plan = cc._call.last_plan()
+    plan = cc._core.call.last_plan()
     # the plan is cached across tests: earlier ones may have left records for other streams
     assert plan.launch_mode == "record" and any(k[0] == s.ptr for k in plan._path.records)
     n0 = runtime.LAUNCHES[0]

@@ -189,7 +189,7 @@ def test_the_walk_sees_the_package():
     assert len(graph) > 80
     assert "cudnn_compat._backend.ops" in graph["cudnn_compat._backend.ir"]
     assert "cudnn_compat._backend.ops.convolution" in graph["cudnn_compat._backend.engines.reference.conv"]
-    assert "cudnn_compat.fusion" in graph["cudnn_compat.trace"]
+    assert "cudnn_compat.tools.fuse" in graph["cudnn_compat.tools.trace"]
 
 
 def test_op_kinds_are_assembled_by_the_ops_package():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _data
+from cudnn_compat._core import data as _data
 from conftest import tdesc
 
 try:  # torch CPU tensors: optional (the test that needs it skips without it)

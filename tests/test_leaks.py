@@ -94,7 +94,7 @@ def test_every_descriptor_type_is_covered():
 
 @pytest.mark.parametrize("name, create, destroy", KINDS, ids=[k[0] for k in KINDS])
 def test_rule_create_destroy_cycles_leave_memory_flat(name, create, destroy):
-    from cudnn_compat import _descriptor
+    from cudnn_compat._core import descriptor as _descriptor
     start = _descriptor.live_count()
     grew = heap_growth(lambda i: destroy(create()))
     assert grew < SLACK, f"{name}: {CYCLES} create/destroy cycles grew the heap by {grew} bytes"
@@ -176,7 +176,7 @@ def test_rule_evicted_plans_are_released(monkeypatch, handle, small_cache):
     for c, d in enumerate(descs, 1):
         y = np.zeros(c, np.float32)
         cc.cudnnSetTensor(handle, d, y, 1.0)
-        made.append(weakref.ref(cc._call.last_plan()))
+        made.append(weakref.ref(cc._core.call.last_plan()))
         assert np.all(y == 1.0)
     cached = set(map(id, small_cache._d.values()))
     assert small_cache.info().currsize == 4

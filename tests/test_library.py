@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _registry
+from cudnn_compat._core import registry as _registry
 from conftest import tdesc
 
 BAD = cc.CUDNN_STATUS_BAD_PARAM

@@ -1,14 +1,14 @@
-"""The descriptor lifecycle table (cudnn_compat/_lifecycle.py, issue 15 item 4): every row gives a
+"""The descriptor lifecycle table (cudnn_compat/_core/lifecycle.py, issue 15 item 4): every row gives a
 Create and a Destroy under both spellings, as attributes of the family module, and Destroy keeps
-``_descriptor.resolve``'s rules (NULL, destroyed twice, another type) for every row."""
+``_core.descriptor.resolve``'s rules (NULL, destroyed twice, another type) for every row."""
 import ctypes
 import inspect
 
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _lifecycle
-from cudnn_compat._registry import CUPY_NAMES, LEGACY, cupy_name
+from cudnn_compat._core import lifecycle as _lifecycle
+from cudnn_compat._core.registry import CUPY_NAMES, LEGACY, cupy_name
 
 BAD_PARAM = cc.CUDNN_STATUS_BAD_PARAM
 

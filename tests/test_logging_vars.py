@@ -1,4 +1,4 @@
-"""cuDNN 8's logging variables (issue 16 item 4; cudnn_compat/_logging.py; 002 §3.2.79
+"""cuDNN 8's logging variables (issue 16 item 4; cudnn_compat/_core/log.py; 002 §3.2.79
 cudnnSetCallback: the built-in callback writes to CUDNN_LOGDEST_DBG):
 CUDNN_LOGINFO_DBG / CUDNN_LOGWARN_DBG / CUDNN_LOGERR_DBG = 1 enable API calls (INFO, with their
 status), the library's warnings and failed calls' messages (ERROR), written to CUDNN_LOGDEST_DBG
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _logging
+from cudnn_compat._core import log as _logging
 from cudnn_compat._backend import config
 
 VARS = ("CUDNN_LOGINFO_DBG", "CUDNN_LOGWARN_DBG", "CUDNN_LOGERR_DBG", "CUDNN_LOGDEST_DBG")

@@ -19,8 +19,8 @@ from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
 from cudnn_compat._backend.engines.cudnn_engine.graph import Decline, candidates
 from cudnn_compat._backend.engines.cupy_engine import gemm as ggemm
 from cudnn_compat._backend.engines.cupy_engine import rnn as grnn
-from cudnn_compat import rnn_core
-from cudnn_compat.rnn_desc import rnn_desc
+from cudnn_compat.rnn import core as rnn_core
+from cudnn_compat.rnn.desc import rnn_desc
 
 MATHS = ("DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION", "FMA_MATH")
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -144,7 +144,7 @@ def test_version_checks_succeed_and_detect_a_mismatch(monkeypatch):
     for name in CHECKS:
         assert getattr(cc, name)() is None
         assert getattr(cc, name[5].lower() + name[6:])() is None
-    monkeypatch.setattr(sys.modules["cudnn_compat.cnn"], "__version__", "0.0.0-stale", raising=False)
+    monkeypatch.setattr(sys.modules["cudnn_compat.convolution.api"], "__version__", "0.0.0-stale", raising=False)
     for name in CHECKS:
         if name.startswith("cudnnCnn"):  # the convolution family belongs to cnn_infer and cnn_train
             with pytest.raises(cc.CuDNNError) as e:
@@ -233,7 +233,7 @@ def test_preference_constants_keep_their_v7_values():
     for prefix in ("FWD", "BWD_DATA", "BWD_FILTER"):
         for name, value in (("NO_WORKSPACE", 0), ("PREFER_FASTEST", 1), ("SPECIFY_WORKSPACE_LIMIT", 2)):
             assert getattr(cc, f"CUDNN_CONVOLUTION_{prefix}_{name}") == value
-            assert getattr(cc.conv_legacy, f"CUDNN_CONVOLUTION_{prefix}_{name}") == value
+            assert getattr(cc.convolution.legacy, f"CUDNN_CONVOLUTION_{prefix}_{name}") == value
 
 
 @pytest.mark.parametrize("direction", ["FWD", "BWD_DATA", "BWD_FILTER"])

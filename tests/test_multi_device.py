@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _call, handle as handle_mod
+from cudnn_compat._core import call as _call
+from cudnn_compat import handle as handle_mod
 from cudnn_compat._backend import planner
 from cudnn_compat._backend.plan_cache import CONFIG_FILE, FILE_ENV
 from cudnn_compat.errors import CUDNN_STATUS_MAPPING_ERROR, CuDNNError
@@ -223,7 +224,7 @@ def test_hooks_run_on_the_handle_device(fake_cupy, monkeypatch):
 def test_fuse_scope_runs_its_calls_on_the_handle_device(fake_cupy, monkeypatch, how):
     """A fuse() block left (or flushed) while another device is current runs the recorded calls on
     the handle's device, and the caller's device is current again afterwards."""
-    from cudnn_compat import fusion
+    from cudnn_compat.tools import fuse as fusion
     got = []
     monkeypatch.setattr(fusion.Scope, "flush", lambda self: got.append(fake_cupy.current()))
     h1 = gpu_handle(fake_cupy, 1)
@@ -236,7 +237,7 @@ def test_fuse_scope_runs_its_calls_on_the_handle_device(fake_cupy, monkeypatch, 
 
 def test_backend_execute_runs_on_the_handle_device(fake_cupy, monkeypatch):
     """cudnnBackendExecute (002 §5.2.3) runs the plan on the handle's device; the caller's returns."""
-    from cudnn_compat import backend_api
+    from cudnn_compat.graph_api import api as backend_api
     got = []
     monkeypatch.setattr(backend_api, "_execute", lambda h, plan, pack: got.append((fake_cupy.current(), plan, pack)))
     h0, h1 = gpu_handle(fake_cupy, 0), gpu_handle(fake_cupy, 1)

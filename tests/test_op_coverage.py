@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cudnn_compat import cli
+from cudnn_compat.tools import cli
 from cudnn_compat._backend import heuristics
 from cudnn_compat._backend.engines.base import REGISTRY
 from cudnn_compat._backend.ir import Operation

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import cli
+from cudnn_compat.tools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "cudnn_compat", "_backend")  # what a build reads
@@ -111,7 +111,7 @@ def test_the_wheel_metadata_has_the_version_license_extras_and_command(wheel_fil
     assert re.search(r"^Requires-Dist: numpy", meta, re.M)
     hard = [ln for ln in re.findall(r"^Requires-Dist: (.*)$", meta, re.M) if "extra ==" not in ln]
     assert [re.match(r"[\w.-]+", h).group(0) for h in hard] == ["numpy"]  # numpy is the only hard dependency
-    assert "cudnn-compat = cudnn_compat.cli:main" in entry
+    assert "cudnn-compat = cudnn_compat.tools.cli:main" in entry
 
 
 def test_the_installed_wheel_imports_away_from_the_checkout(wheel_file, tmp_path):

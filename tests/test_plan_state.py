@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _call, _data
+from cudnn_compat._core import call as _call, data as _data
 from cudnn_compat._backend.engines import cudnn_engine
 from cudnn_compat._backend.engines.base import EngineConfig, ExecutionPlan
 from cudnn_compat._backend.engines.cudnn_engine.plan import CudnnPlan

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import rnn_core
-from cudnn_compat.rnn_desc import rnn_desc
+from cudnn_compat.rnn import core as rnn_core
+from cudnn_compat.rnn.desc import rnn_desc
 
 pytestmark = pytest.mark.gpu
 
@@ -344,7 +344,7 @@ def test_repeated_forward_is_captured_and_replayed(gpu, cpu, rng):
         np.testing.assert_array_equal(y, got[0][0])
         np.testing.assert_array_equal(hy, got[0][1])
     assert not np.isnan(got[0][0]).any()
-    from cudnn_compat._call import last_plan
+    from cudnn_compat._core.call import last_plan
     plan = last_plan()
     runners = [r.fn.__self__ for r in getattr(plan, "runs", ())
                if isinstance(getattr(r, "fn", None), object) and isinstance(getattr(r.fn, "__self__", None), ProgramRun)]

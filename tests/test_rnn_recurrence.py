@@ -3,8 +3,8 @@ T is, and every finalize rule of RNNRecurrence / RNNRecurrenceBackward fires wit
 import pytest
 
 from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tensor, packed_strides, scalar
-from cudnn_compat import rnn_core
-from cudnn_compat.rnn_core import Call, Geometry, RNNConfig, stages
+from cudnn_compat.rnn import core as rnn_core
+from cudnn_compat.rnn.core import Call, Geometry, RNNConfig, stages
 
 
 def graphs(kind, mode="LSTM", D=2, L=2, T=100, B=64, H=512, training=True, lengths=None):

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import backend_ops
+from cudnn_compat.graph_api import operations as backend_ops
 from cudnn_compat._backend import rules
 from cudnn_compat._backend.ir import GraphError, Operation, Tensor
 from cudnn_compat._backend.ops import validate_op

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from cudnn_compat import _call, _registry
-from cudnn_compat._registry import LEGACY
+from cudnn_compat._core import call as _call, registry as _registry
+from cudnn_compat._core.registry import LEGACY
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -281,7 +281,7 @@ def recorded_kinds():
 
 
 def test_api_reference_operation_kinds_are_the_graphs_built(recorded_kinds):
-    from cudnn_compat import demo
+    from cudnn_compat.tools import demo
     demo.run("cpu")  # convolution, bias, activation, pooling, batch norm, softmax
     h = cc.cudnnCreate("cpu")
     d = cc.cudnnCreateTensorDescriptor()

@@ -217,7 +217,7 @@ def test_rule_evicted_plan_in_use_not_released(monkeypatch, handle):
 
 
 def test_rule_descriptor_ids_unique_across_threads():
-    from cudnn_compat._descriptor import live_count
+    from cudnn_compat._core.descriptor import live_count
     start = live_count()
     seen = [set() for _ in range(THREADS)]
 

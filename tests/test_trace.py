@@ -17,7 +17,8 @@ import cudnn_compat as cc
 from cudnn_compat._backend import heuristics
 from cudnn_compat._backend.engines.base import REGISTRY
 from cudnn_compat._backend.engines.reference import ReferenceEngine
-from cudnn_compat import _call, _registry, cli, explain, replay
+from cudnn_compat._core import call as _call, registry as _registry
+from cudnn_compat.tools import cli, explain, replay
 from conftest import tdesc
 
 F32, F64, F16 = cc.CUDNN_DATA_FLOAT, cc.CUDNN_DATA_DOUBLE, cc.CUDNN_DATA_HALF

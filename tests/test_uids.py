@@ -1,4 +1,4 @@
-"""Graph uids come from one allocator (cudnn_compat._uids, issue 15 item 4): the numbers the
+"""Graph uids come from one allocator (cudnn_compat._core.uids, issue 15 item 4): the numbers the
 families had by hand (they enter the cudnn engine's persisted autotune signatures), no clash
 between families whose graphs meet, and the same numbers in every process."""
 from __future__ import annotations
@@ -11,8 +11,10 @@ import sys
 import pytest
 
 import cudnn_compat
-from cudnn_compat import _call, batchnorm as bn, cnn, fused_ops, lrn, op_tensor, reduce_tensor, transform
-from cudnn_compat._uids import PRIOR_OFFSET, SCALAR, VIRTUAL, Uids, prior_uid
+from cudnn_compat._core import call as _call
+from cudnn_compat import batchnorm as bn, fused_ops, lrn, op_tensor, reduce_tensor, transform
+from cudnn_compat.convolution import api as cnn
+from cudnn_compat._core.uids import PRIOR_OFFSET, SCALAR, VIRTUAL, Uids, prior_uid
 
 
 def test_the_families_keep_their_numbers():
@@ -55,7 +57,7 @@ def test_ranges_and_priors():
 
 
 def test_the_numbers_do_not_depend_on_import_order():
-    code = ("import cudnn_compat.fused_ops as f, cudnn_compat.cnn as c, cudnn_compat.batchnorm as b;"
+    code = ("import cudnn_compat.fused_ops as f, cudnn_compat.convolution.api as c, cudnn_compat.batchnorm as b;"
             "print(f.EPS, f.ZERO, f.BN_UID['bias'], c.ALPHA2, c.SUM_BIAS, b.FACTOR)")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert got == [str(v) for v in (fused_ops.EPS, fused_ops.ZERO, fused_ops.BN_UID["bias"], cnn.ALPHA2,

@@ -1,8 +1,8 @@
 """Write ``docs/api.md``: the API reference of every legacy function, generated from the registry.
 
 For each function (grouped by family, the module that implements it): its one-line purpose, its
-Python parameters with the C parameter and kind they convert as (``_registry.CONVERSIONS``, from the
-cuDNN headers' ``_signatures.SIGNATURES``), what it returns (the C out-parameters), the statuses it
+Python parameters with the C parameter and kind they convert as (``_core.registry.CONVERSIONS``, from the
+cuDNN headers' ``_core.signatures.SIGNATURES``), what it returns (the C out-parameters), the statuses it
 can raise (the rules of ``docs/status_rules.md`` plus the rules every function shares) and which
 engines run it (the graph operation kinds of ``OP_KINDS`` against what each engine declares).
 
@@ -28,8 +28,8 @@ import cudnn_compat  # noqa: E402
 from cudnn_compat._backend.engines.cudnn_engine import graph as _cudnn_graph  # noqa: E402
 from cudnn_compat._backend.engines.cupy_engine import IMPLS as _CUPY_IMPLS  # noqa: E402
 from cudnn_compat._backend.engines.reference import KERNELS as _REF_KERNELS  # noqa: E402
-from cudnn_compat._registry import CONVERSIONS, CUPY_NAMES, LEGACY  # noqa: E402
-from cudnn_compat._signatures import SIGNATURES  # noqa: E402
+from cudnn_compat._core.registry import CONVERSIONS, CUPY_NAMES, LEGACY  # noqa: E402
+from cudnn_compat._core.signatures import SIGNATURES  # noqa: E402
 from gen_stubs import SCALARS, one_line, out_params, return_type  # noqa: E402
 
 # Family (implementing module) -> title, in the order of the page.
@@ -39,11 +39,11 @@ FAMILIES = {
     "activation": "Activation", "softmax": "Softmax", "pooling": "Pooling",
     "lrn": "LRN and divisive normalization", "batchnorm": "Batch normalization",
     "normalization": "Normalization (cudnnNormalization*)", "dropout": "Dropout",
-    "cnn": "Convolution", "conv_legacy": "Convolution (cuDNN 7 algorithm queries)",
+    "convolution.api": "Convolution", "convolution.legacy": "Convolution (cuDNN 7 algorithm queries)",
     "algorithm": "Algorithm descriptors (deprecated)", "fused_ops": "Fused ops", "spatial": "Spatial transformer",
-    "rnn_desc": "RNN descriptors", "rnn_weights": "RNN weights", "rnn_v8": "RNN (cuDNN 8 API)",
-    "rnn_legacy": "RNN (legacy API)", "rnn_find": "RNN algorithm search", "attention": "Multi-head attention",
-    "ctc": "CTC loss", "misc": "Miscellaneous", "backend_api": "Backend (graph) API",
+    "rnn.desc": "RNN descriptors", "rnn.weights": "RNN weights", "rnn.v8": "RNN (cuDNN 8 API)",
+    "rnn.legacy": "RNN (legacy API)", "rnn.find": "RNN algorithm search", "attention": "Multi-head attention",
+    "ctc": "CTC loss", "misc": "Miscellaneous", "graph_api.api": "Backend (graph) API",
 }
 
 # Graph operation kinds each computing legacy function builds (every graph it may build).  Functions
@@ -208,7 +208,7 @@ def families() -> dict:
     """family module -> [C names] in registration order."""
     out: dict = {k: [] for k in FAMILIES}
     for c_name, fn in LEGACY.items():
-        mod = inspect.unwrap(fn).__module__.rsplit(".", 1)[-1]
+        mod = inspect.unwrap(fn).__module__.split(".", 1)[-1]
         out.setdefault(mod, []).append(c_name)
     return {k: v for k, v in out.items() if v}
 

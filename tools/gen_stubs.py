@@ -1,12 +1,12 @@
 """Write ``cudnn_compat/__init__.pyi``: the type stub of every public name of ``cudnn_compat``.
 
-The legacy functions are injected into the package with ``globals().update`` (``_registry.legacy``),
+The legacy functions are injected into the package with ``globals().update`` (``_core.registry.legacy``),
 so editors and type checkers see none of them without this stub.  It is generated from the
 registry, never written by hand:
 
 * every legacy function under its C name, its CuPy 13 name and any cudnn-prefixed CuPy 13
   spelling (``cudnnAddTensor_v3``), with its Python parameters typed from the C parameter kinds of
-  ``_signatures.SIGNATURES`` as ``_registry.CONVERSIONS`` matched them (table ``KIND_TYPES``);
+  ``_core.signatures.SIGNATURES`` as ``_core.registry.CONVERSIONS`` matched them (table ``KIND_TYPES``);
 * its return type: the C out-parameters the function returns (one value, or a tuple when several);
 * a one-line docstring (the first sentence of the function's docstring);
 * the enum values and constants (``int`` / ``float``), ``CuDNNError``, ``CuDNNAlgoPerf`` and the
@@ -36,9 +36,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import cudnn_compat  # noqa: E402
-from cudnn_compat._descriptor import Descriptor  # noqa: E402
-from cudnn_compat._registry import CONVERSIONS, LEGACY  # noqa: E402
-from cudnn_compat._signatures import SIGNATURES  # noqa: E402
+from cudnn_compat._core.descriptor import Descriptor  # noqa: E402
+from cudnn_compat._core.registry import CONVERSIONS, LEGACY  # noqa: E402
+from cudnn_compat._core.signatures import SIGNATURES  # noqa: E402
 
 # C parameter kind -> Python type of the stub (descriptors and handles: see _desc_type).
 KIND_TYPES = {

@@ -88,10 +88,10 @@ class ExecutionPlan:
         "failures",  # planner._replan: [(engine, reason)] of the engines that failed at execute
         "last_time",  # planner.execute: seconds of the last general execute (trace)
         "_users", "_retired", "_released",  # plan_cache.acquire/done/retire: running calls, evicted, freed
-        "externals", "written_uids", "bind_program",  # cudnn_compat._call: per-plan binding tables, made once
-        "lane_key",  # cudnn_compat._call._add_lane: the key object of the last general-path call
-        "gpu_binder", "gpu_lane",  # cudnn_compat._fastbind: the generated binder and launch-record lane
-        "fuse_static",  # cudnn_compat.fusion._static: what a deferred record needs of the plan, made once
+        "externals", "written_uids", "bind_program",  # cudnn_compat._core.call: per-plan binding tables, made once
+        "lane_key",  # cudnn_compat._core.call._add_lane: the key object of the last general-path call
+        "gpu_binder", "gpu_lane",  # cudnn_compat._core.fastbind: the generated binder and launch-record lane
+        "fuse_static",  # cudnn_compat.tools.fuse._static: what a deferred record needs of the plan, made once
         "__weakref__",
     )
 

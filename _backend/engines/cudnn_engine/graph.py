@@ -9,7 +9,7 @@ through ``lib``; ``values`` are the scalars the spec bakes into attributes (``Na
 
 Patterns
   conv_blend      one ConvolutionForward/BackwardData/BackwardFilter writing a virtual
-                  result, then the legacy blend (``cudnn_compat._call.blend``): Pointwise
+                  result, then the legacy blend (``cudnn_compat._core.call.blend``): Pointwise
                   IDENTITY(alpha1) or ADD(b = prior y, alpha1, alpha2).  Fused into the
                   backend convolution's own alpha/beta (002 ch. 9: y = alpha*conv + beta*y),
                   writing y directly; prior y must be the same memory as y (checked at

@@ -70,7 +70,7 @@ def _capture_stream(device: int) -> int:
 
 
 def _ptr(buf) -> int:
-    if type(buf) is int:  # a raw pointer (cudnn_compat._data.device_pointer)
+    if type(buf) is int:  # a raw pointer (cudnn_compat._core.data.device_pointer)
         return buf
     try:
         return buf.data.ptr  # cupy.ndarray

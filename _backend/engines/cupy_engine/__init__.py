@@ -1,7 +1,7 @@
 """The ``cupy`` engine: CUDA kernels generated from the graph, compiled at run time by NVRTC
 through CuPy (docs/architecture.md "Engines and heuristics"; 000 "Engines": a runtime-compiled engine).
 
-Build (pure Python, no CuPy): ``fusion.partition`` splits the graph into fused
+Build (pure Python, no CuPy): ``grouping.partition`` splits the graph into fused
 element-wise/reduction groups (one kernel each, ``codegen``) and heavy ops (softmax,
 pooling, batch norm, LRN, divisive normalization: generated kernels with the following
 element-wise ops, usually the alpha/beta blend, applied in their epilogue; matmul and the
@@ -17,7 +17,7 @@ import functools
 
 from ..base import REGISTRY, Engine, EngineConfig, ExecutionPlan
 from . import codegen, records, runtime
-from .fusion import HeavyStep, partition
+from .grouping import HeavyStep, partition
 from .steps import group_run
 
 # heavy op kind -> module with supports(op) -> reason | None and build(step) -> [runs]
@@ -224,7 +224,7 @@ from . import rnn  # noqa: E402  (RNN recurrence and Rng)
 register(rnn.KINDS, rnn)
 
 from . import ctc, sampler  # noqa: E402  (CTC loss; the spatial-transformer sampler)
-from .fusion import EPILOGUE_ROLES  # noqa: E402
+from .grouping import EPILOGUE_ROLES  # noqa: E402
 
 register(ctc.KINDS, ctc)
 register(sampler.KINDS, sampler)

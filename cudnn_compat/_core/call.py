@@ -1,0 +1,312 @@
+"""The shared path of every legacy compute call (docs/architecture.md "One call,
+end to end"): signature -> plan cache -> (on a miss) graph build -> plan -> bind the
+variant pack -> execute.
+
+Builders produce graphs with fixed uids per role; ``run`` binds each external uid of
+the plan to the caller's buffer or scalar.  ``blend`` appends the output scaling of
+002 "Scaling Parameters": y = alpha*result + beta*y, where beta == 0 adds no read of y
+(the graph gets no y input at all, so NaN in y cannot leak).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from cudnn_compat._backend import planner
+from cudnn_compat._backend.plan_cache import CACHE
+from . import fastbind as _fastbind
+from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor, virtual
+from .data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_pointer, host_view, layout
+from .data import workspace_arg as _workspace_arg
+from ..handle import on_device, wrong_device
+
+from .uids import ALPHA, BETA, VIRTUAL, prior_uid  # uids of the output-blend scalars (uids.SHARED)
+from .uids import PRIOR_OFFSET as Y_PRIOR_OFFSET  # uid of "y before the call" = uid(y) + this
+
+
+def compute_dtype(dtype: str) -> str:
+    """The arithmetic type legacy cuDNN uses for data of ``dtype`` (float, or double for double)."""
+    return "float64" if dtype == "float64" else "float32"
+
+
+def blend(result, y, beta_zero: bool, alpha_uid: int = ALPHA, beta_uid: int = BETA) -> Operation:
+    """Pointwise op writing y = alpha*result (+ beta*y_prior); ``result`` is a virtual tensor."""
+    ct = compute_dtype(y.dtype)
+    alpha = scalar_tensor(alpha_uid, ct, "alpha")
+    if beta_zero:
+        return Operation("Pointwise", {"x": result, "alpha1": alpha}, {"y": y}, {"mode": "IDENTITY"})
+    prior = type(y)(prior_uid(y.uid), y.dims, y.strides, y.dtype, name=(y.name or "y") + "_prior")
+    return Operation("Pointwise", {"x": result, "b": prior, "alpha1": alpha, "alpha2": scalar_tensor(beta_uid, ct, "beta")},
+                     {"y": y}, {"mode": "ADD"})
+
+
+def blended(kind: str, inputs: dict, out_role: str, y, beta_zero: bool, attrs: dict, tmp_uid: int = VIRTUAL,
+            alpha_uid: int = ALPHA, beta_uid: int = BETA) -> list:
+    """[op computing a virtual result, blend into y]: the common one-op legacy graph."""
+    tmp = virtual(tmp_uid, y.dims, compute_dtype(y.dtype), f"{out_role}_result")
+    return [Operation(kind, inputs, {out_role: tmp}, attrs), blend(tmp, y, beta_zero, alpha_uid, beta_uid)]
+
+
+def _externals(plan) -> dict:
+    ext = getattr(plan, "externals", None)
+    if ext is None:
+        ext = {t.uid: t for t in plan.graph.external_inputs()}
+        ext.update({t.uid: t for t in plan.graph.external_outputs()})
+        plan.externals = ext
+    return ext
+
+
+def _written(plan) -> frozenset:
+    """uids of the plan's external outputs (the buffers a call writes)."""
+    out = getattr(plan, "written_uids", None)
+    if out is None:
+        out = plan.written_uids = frozenset(t.uid for t in plan.graph.external_outputs())
+    return out
+
+
+def plan_for(handle, key: tuple, build):
+    """The cached plan ``run`` would use for ``key`` (built on a miss), without executing it:
+    for workspace-size queries and algorithm searches."""
+    if handle.switch and wrong_device(handle):  # issue 17: plans are built on the handle's device
+        return on_device(handle, plan_for, handle, key, build)
+    return planner.get_plan((handle.place, handle.device) + key, build, handle.place)
+
+
+def check_workspace(plan, workspace, workspace_size: int, argname: str = "workSpaceSizeInBytes") -> None:
+    """BAD_PARAM when the caller's workspace is smaller than the plan needs (NULL counts as 0 bytes)."""
+    need = int(plan.workspace_size)
+    have = 0 if workspace is None or (isinstance(workspace, int) and workspace == 0) else int(workspace_size)
+    if have < need:
+        from ..errors import bad_param
+        raise bad_param(argname, f"the plan needs {need} bytes of workspace, {have} were given")
+
+
+# -- interception point (cudnn_compat/tools/trace.py records, cudnn_compat/tools/fuse.py defers) ----------------
+# HOOKS holds interceptors hook(proceed, handle, key, build, tensors, scalars, workspace, workspace_size,
+# workspace_arg) -> plan | None; each calls ``proceed`` with the same arguments to go on (or defers).
+# Empty in normal use: the only cost of this hook point is one truth test per call.
+HOOKS: list = []
+
+
+def _intercepted(i: int, *args):
+    if i == len(HOOKS):
+        return run(*args, _hooked=True)
+    return HOOKS[i](lambda *a: _intercepted(i + 1, *a), *args)
+
+
+def _program(plan) -> tuple:
+    """What binding needs of each external tensor of ``plan``, computed once per plan:
+    ((uid, tensor, is by-value scalar, is written, bytes spanned, storage dtype, accepted array
+    dtypes), ...): the dtype table of _data.ACCEPTED is looked up here, so binding a buffer costs
+    one dtype identity test (a set membership for byte views)."""
+    prog = getattr(plan, "bind_program", None)
+    if prog is None:
+        written = _written(plan)
+        prog = plan.bind_program = tuple(
+            (uid, t, t.is_by_value, uid in written) + ((0, None, None) if t.is_by_value else
+                                                      (layout(t)[1], layout(t)[0], layout(t)[3]))
+            for uid, t in _externals(plan).items())
+    return prog
+
+
+def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None, workspace_size: int = 0,
+        workspace_arg: "str | None" = None, _hooked: bool = False):
+    """Execute the plan for ``key``.  ``tensors``: uid -> (data, argname); the prior-y uid of
+    a blend is bound to the same buffer as y.  ``scalars``: uid -> float.  Returns the plan.
+    With ``workspace_arg`` (the size argument's name) the workspace is checked first.
+
+    A cached call costs: the plan-cache lookup, one pass over the plan's binding program
+    (``_program``: per tensor a buffer check and a view, or a raw device pointer for plans
+    that take them), the engine's execute.  Every check runs before the engine writes.
+
+    On the GPU place a key object that comes back call after call (the families keep theirs in
+    their memo and call-site entries) gets a *lane* (``_LANES``): the plan it got, still cached,
+    and the plan's generated binder, so the call skips the key's hashing and the variant-pack
+    dict; for launch records the binder patches and launches too (``_core.fastbind.lane``)."""
+    if handle.switch and wrong_device(handle):  # issue 17: run on the handle's device (several GPUs only)
+        return on_device(handle, run, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg,
+                         _hooked)
+    if HOOKS and not _hooked:
+        return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
+    lane = _LANES.get(id(key))
+    if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
+            and not lane[3]._retired and _DEFAULTS():
+        # the cached lane (issue 14 item 3): the plan this key object got last time, still cached, and
+        # its generated binder (_fastbind) with every buffer check of the loop below; for launch records
+        # the binder launches too.  None/False from it: the general path below binds (and raises).
+        plan, ws = lane[3], workspace
+        if ws is not None and type(ws) not in WORKSPACE_TYPES:
+            ws = _workspace_arg(handle.place, ws)  # rule: a library object is no buffer
+        if workspace_arg is not None:
+            check_workspace(plan, ws, workspace_size, workspace_arg)
+        if lane[6]:  # a launch-record lane: binds and launches (planner.execute's fast path)
+            try:
+                ok = lane[5](tensors, scalars, handle.stream)
+            except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (as planner.execute)
+                planner.log.warning("engine %s: launch record failed (%s: %s); executing", plan.engine,
+                                    type(e).__name__, e)
+                ok = False
+            if ok:
+                next(CACHE._hits)  # a plan-cache hit, counted as planner.get_plan counts it
+                lane[7] += 1
+                if not lane[7] & LANE_LRU_EVERY:
+                    _lane_lru(lane[4])
+                _LAST.plan = plan
+                return plan
+        else:  # a raw-pointer plan (the cudnn engine): the bound pointers go to planner.execute
+            data = lane[5](tensors, scalars)
+            if data is not None:
+                next(CACHE._hits)
+                lane[7] += 1
+                if not lane[7] & LANE_LRU_EVERY:
+                    _lane_lru(lane[4])
+                if type(ws) is np.ndarray:
+                    ws = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
+                plan = planner.execute(plan, data, ws, workspace_size, handle.stream, lane[4])
+                _LAST.plan = plan
+                return plan
+    place = handle.place
+    orig_key, key = key, (place, handle.device) + key
+    plan = planner.get_plan(key, build, place)
+    if workspace is not None and type(workspace) not in WORKSPACE_TYPES:
+        workspace = _workspace_arg(place, workspace)  # rule: a library object or a CPU-place int is no buffer
+    if workspace_arg is not None:
+        check_workspace(plan, workspace, workspace_size, workspace_arg)
+    if type(workspace) is np.ndarray and place != "cpu":
+        workspace = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
+    data, staged = {}, None
+    if place == "cpu":
+        if type(workspace) is int and workspace:
+            _workspace_arg(place, workspace)  # BAD_PARAM: on the CPU place a host pointer is a ctypes.c_void_p
+        for uid, t, by_value, written, _need, _st, _acc in _program(plan):
+            if by_value:
+                data[uid] = scalars[uid]
+                continue
+            buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
+            data[uid] = host_view(buf, t, argname, written)
+    else:
+        # plans that take raw device pointers (the cudnn engine) skip building CuPy views; a
+        # contiguous CuPy array big enough for the tensor is its pointer (device_pointer's fast path)
+        raw = getattr(plan, "raw_pointers", False)
+        nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else cupy_ndarray()
+        # the cached path: the plan's generated binder (_fastbind) makes this loop's fast-path test for
+        # every tensor at once; None when some buffer needs the loop (its checks and errors)
+        bound = (plan.gpu_binder or _fastbind.binder(plan))(tensors, scalars) if raw else None
+        if bound is not None:
+            data = bound
+        for uid, t, by_value, written, need, st, acc in (_program(plan) if bound is None else ()):
+            if by_value:
+                data[uid] = scalars[uid]
+                continue
+            buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
+            if raw and type(buf) is nd and (buf.dtype is st or buf.dtype in acc) and (buf._c_contiguous or buf._f_contiguous) \
+                    and buf.nbytes >= need:
+                data[uid] = buf.data.ptr
+                continue
+            if isinstance(buf, np.ndarray):
+                host_view(buf, t, argname, written)  # every check of a host buffer (dtype, size, read-only) first
+                staged = {} if staged is None else staged
+                dev = staged.get(id(buf))
+                if dev is None:
+                    dev = staged[id(buf)] = stage_to_device(buf, argname)
+                buf = dev
+            data[uid] = device_pointer(buf, t, argname, written) if raw else bind(handle, buf, t, argname, written)
+    plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
+    if staged:
+        copy_back(plan, tensors, staged)
+    elif place != "cpu" and getattr(plan, "raw_pointers", False):
+        _add_lane(plan, orig_key, key, place, handle.device)
+    _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
+    return plan
+
+
+# -- lanes: id(key object) -> [key, place, device, plan, full key, lane function, is a
+# launch-record lane, calls] ---------------------------------------------------------------------------------
+# A family whose key tuple is the same object call after call (kept in its _memo entry) gets a lane on
+# its second general-path call with that object: no plan-cache hashing of the key, no variant-pack dict.
+# The key object is held by its lane, so its id cannot name another tuple while the lane lives.
+_LANES: dict = {}
+LANES_MAX = 1024
+# A lane call is a plan-cache hit (counted every time); its plan is moved to the LRU end on every 8th
+# call of the lane (and on each general-path call), not on each: the move hashes the whole key, about
+# a tenth of a lane call.  A plan in use stays among the recently used unless over CUDNN_COMPAT_PLAN_
+# CACHE_SIZE other signatures are planned between two of its moves.
+LANE_LRU_EVERY = 7
+_DEFAULTS = planner.DEFAULTS_APPLY  # config.unset_fast: no forced engine, fallback on, no override
+
+
+def _add_lane(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None:
+    """Make a lane for ``key_obj`` when the same object came with the last general-path call of
+    ``plan`` and ``plan`` is the cached plan of ``full_key`` (no forced engine in the environment)."""
+    if plan.lane_key is not key_obj:
+        plan.lane_key = key_obj  # the first sighting: a key made per call never comes again
+        return
+    if not _DEFAULTS() or CACHE._d.get(full_key) is not plan:
+        return
+    fn = _fastbind.lane(plan)  # launch records: bind and launch
+    record = fn is not None
+    if not record:
+        if getattr(plan, "_path", None) is not None:  # records that cannot be laned: the general path
+            return
+        fn = plan.gpu_binder or _fastbind.binder(plan)
+        if fn is _fastbind._none:
+            return
+    if len(_LANES) >= LANES_MAX:
+        _LANES.clear()
+    _LANES[id(key_obj)] = [key_obj, place, device, plan, full_key, fn, record, 0]
+
+
+def _lane_lru(full_key) -> None:
+    """Mark the lane's plan most recently used in the plan cache's LRU order."""
+    try:
+        CACHE._d.move_to_end(full_key)
+    except KeyError:  # evicted since: still this call's plan (as get_plan says)
+        pass
+
+
+def cached_plan(handle, key: tuple, build):
+    """``plan_for``, or the plan of ``key``'s lane when it has a valid one (no hashing of the key;
+    not counted as a plan-cache hit: the call that runs it next counts one)."""
+    lane = _LANES.get(id(key))
+    if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
+            and not lane[3]._retired and _DEFAULTS():
+        return lane[3]
+    return plan_for(handle, key, build)
+
+
+def clear_lanes() -> None:
+    """Forget every lane (tests)."""
+    _LANES.clear()
+
+
+def _read_only(argname: str):
+    from ..errors import bad_param  # rule: an output buffer must be writable (checked before any write)
+    return bad_param(argname, "is a read-only array but the call writes it")
+
+
+def stage_to_device(host: np.ndarray, argname: str):
+    """A NumPy argument on a GPU handle: its bytes go to a device copy (docs/conventions.md
+    "Data"); outputs are copied back after the call."""
+    import cupy
+    if not (host.flags.c_contiguous or host.flags.f_contiguous) or host.dtype.hasobject:
+        from ..errors import bad_param  # rule: raw, contiguous memory only
+        raise bad_param(argname, "must be a contiguous buffer of raw memory (legacy calls take a pointer)")
+    return cupy.asarray(host.reshape(-1, order="A").view(np.uint8))
+
+
+def copy_back(plan, tensors: dict, staged: dict) -> None:
+    for t in plan.graph.external_outputs():
+        if t.uid in tensors:
+            host = tensors[t.uid][0]
+            dev = staged.get(id(host))
+            if dev is not None:
+                host.reshape(-1, order="A").view(np.uint8)[...] = dev.get()
+
+
+_LAST = threading.local()
+
+
+def last_plan():
+    """The plan the last legacy call on this thread executed (None before any)."""
+    return getattr(_LAST, "plan", None)

@@ -1,0 +1,162 @@
+"""cuDNN's own logging variables, mapped onto the ``cudnn_compat`` Python logger (which stays the
+primary interface: every record below is an ordinary ``logging`` record of that logger or of its
+child ``cudnn_compat.api``).
+
+Legacy cuDNN 8 ("API Logging" in the cuDNN 8 Developer Guide; 002 §3.2.79 cudnnSetCallback: the
+built-in callback writes to CUDNN_LOGDEST_DBG, which must be set):
+
+==================== ====================================================================
+CUDNN_LOGINFO_DBG=1  API logging: every legacy call, at INFO, as ``function cudnnXxx()
+                     called: CUDNN_STATUS_...`` (its status), plus the library's other INFO
+                     records (a new plan: its graph and the engine chosen)
+CUDNN_LOGWARN_DBG=1  the library's warnings (an engine falling back, a fused graph run call
+                     by call, a plan-cache file ignored)
+CUDNN_LOGERR_DBG=1   errors: each failed legacy call's CuDNNError message, at ERROR
+CUDNN_LOGDEST_DBG    ``stdout``, ``stderr`` or a file name (appended to); unset or empty:
+                     nothing is logged and nothing costs anything, as in cuDNN
+==================== ====================================================================
+
+At import, when a level is enabled and CUDNN_LOGDEST_DBG is set, the library calls
+``cudnnSetCallback(mask, NULL, NULL)`` with those levels' cudnnSeverity_t bits: the built-in
+callback's handler (misc.py) joins the ``cudnn_compat`` logger at the enabled levels and writes
+each record to the destination.  So ``cudnnGetCallback()`` reports that mask, and a later
+``cudnnSetCallback`` replaces it (mask 0 turns the variables' logging off; a user callback gets
+the same records instead), as in cuDNN, where the variables set the initial state of the one
+callback.  Per-call records (API calls and failed calls) are produced by a call hook
+(``_core.registry.HOOKS``) that is installed only while a callback mask has the INFO or ERROR bit, or
+while ``log_api_calls(True)`` asks for them (for applications that attach their own ``logging``
+handler to ``cudnn_compat`` instead); otherwise the call path pays nothing.
+
+Not logged: a call rejected by the wrapper's argument conversion (a float where an int goes)
+before the function starts: the hook runs after that conversion.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from cudnn_compat._backend import config as _config
+from cudnn_compat._backend.ir import GraphError
+from . import registry as _registry
+from ..errors import CuDNNError, getErrorString
+
+API_LOGGER = "cudnn_compat.api"
+_log = logging.getLogger(API_LOGGER)
+# a failed call's ERROR record reaches the handlers of cudnn_compat and the application's, never
+# logging's last-resort stderr printer (a library must not print on its own)
+_log.addHandler(logging.NullHandler())
+
+# variable -> cudnnSeverity_t bit (002 §3.1.2 cudnnSeverity_t: FATAL 0, ERROR 1, WARNING 2, INFO 3)
+LEVEL_VARIABLES = (("CUDNN_LOGINFO_DBG", 3), ("CUDNN_LOGWARN_DBG", 2), ("CUDNN_LOGERR_DBG", 1))
+DEST_VARIABLE = "CUDNN_LOGDEST_DBG"
+_PER_CALL_BITS = (1 << 3) | (1 << 1)  # INFO (API calls) and ERROR (failed calls) need the hook
+
+_STATE = {"explicit": False, "mask": 0}
+_tls = threading.local()
+_lock = threading.Lock()
+
+
+def environment_mask() -> int:
+    """The cudnnSeverity_t mask the CUDNN_LOG*_DBG variables enable (0 when none is set to 1)."""
+    mask = 0
+    for name, bit in LEVEL_VARIABLES:
+        if _config.get(name):
+            mask |= 1 << bit
+    return mask
+
+
+def configure_from_environment() -> int:
+    """At import: the variables' levels on the built-in callback when CUDNN_LOGDEST_DBG is set;
+    returns the mask installed (0: nothing to do)."""
+    mask = environment_mask()
+    if not mask or not (_config.get(DEST_VARIABLE) or "").strip():
+        return 0
+    from ..misc import setCallback
+    setCallback(mask, None, None)
+    return mask
+
+
+def log_api_calls(on: bool = True) -> None:
+    """Log every legacy call (INFO, logger ``cudnn_compat.api``) and each failed call's message
+    (ERROR) whatever the callback mask; ``False`` leaves it to the mask again."""
+    with _lock:
+        _STATE["explicit"] = bool(on)
+        _sync()
+
+
+def follow_mask(mask: int) -> None:
+    """Called by cudnnSetCallback with its new mask: per-call records while INFO or ERROR is on."""
+    with _lock:
+        _STATE["mask"] = int(mask)
+        _sync()
+
+
+def api_logging() -> bool:
+    """True while the per-call hook is installed."""
+    return _hook in _registry.HOOKS
+
+
+def _sync() -> None:
+    want = _STATE["explicit"] or bool(_STATE["mask"] & _PER_CALL_BITS)
+    have = _hook in _registry.HOOKS
+    if want and not have:
+        _registry.HOOKS.append(_hook)  # innermost: it sees the call as the function runs it
+        _registry.REJECTED.append(_rejected)  # calls refused before the hooks: bad argument values
+    elif have and not want:
+        _registry.HOOKS.remove(_hook)
+        _registry.REJECTED.remove(_rejected)
+
+
+def _error_of(e: Exception, c_name: str, args, kwargs) -> "CuDNNError | None":
+    """The CuDNNError the legacy wrapper turns ``e`` into (None: not a cuDNN failure)."""
+    if isinstance(e, CuDNNError):
+        return e.with_function(c_name)
+    if isinstance(e, GraphError):
+        return _registry.graph_error(e, c_name)
+    if isinstance(e, _registry._BARE):
+        fn = _registry.LEGACY.get(c_name)
+        return _registry._bare_error(e, c_name, getattr(fn, "__wrapped__", fn), args, kwargs)
+    return None
+
+
+def _extra(status: int, args, result=None) -> dict:
+    """cudnnDebug_t's status and handle: the call's handle argument (or the one cudnnCreate made)."""
+    first = args[0] if args else None
+    if getattr(first, "kind", None) != "cudnnHandle_t":
+        first = result
+    handle = int(first) if getattr(first, "kind", None) == "cudnnHandle_t" else 0
+    return {"cudnn_status": status, "handle": handle}
+
+
+def _rejected(c_name: str, err: CuDNNError, args, kwargs) -> None:
+    """A call refused while its arguments were converted: the records a failed call gets."""
+    if getattr(_tls, "busy", False):  # inside another legacy call: that outer call is the API call
+        return
+    extra = _extra(err.status, args)
+    _log.info("function %s() called: %s", c_name, err.status_name, extra=extra)
+    _log.error("function %s() failed: %s", c_name, err.message, extra=extra)
+
+
+def _hook(proceed, c_name: str, args, kwargs):
+    """The per-call hook: one INFO record per outermost legacy call (a legacy function that calls
+    another is one API call), one ERROR record with the message of a failed one."""
+    if getattr(_tls, "busy", False):
+        return proceed(args, kwargs)
+    _tls.busy = True
+    try:
+        result = proceed(args, kwargs)
+    except Exception as e:
+        err = _error_of(e, c_name, args, kwargs)
+        if err is not None:
+            extra = _extra(err.status, args)
+            _log.info("function %s() called: %s", c_name, err.status_name, extra=extra)
+            _log.error("function %s() failed: %s", c_name, err.message, extra=extra)
+        raise
+    finally:
+        _tls.busy = False
+    _log.info("function %s() called: %s", c_name, getErrorString(0), extra=_extra(0, args, result))
+    return result
+
+
+__all__ = ["API_LOGGER", "LEVEL_VARIABLES", "configure_from_environment", "environment_mask", "log_api_calls",
+           "follow_mask", "api_logging"]

@@ -1,0 +1,237 @@
+"""The v8 RNN compute calls (002 §7.2.36 cudnnRNNForward, §8.2.18 cudnnRNNBackwardData_v8,
+§8.2.21 cudnnRNNBackwardWeights_v8, §7.2.30 cudnnGetRNNTempSpaceSizes), and the checks and
+the dispatch into rnn_core that the legacy calls (rnn_legacy) share.
+
+Every rule below is checked before the first graph runs; the message names the argument.
+BAD_PARAM: NULL descriptors or data, settings that disagree between rnnDesc, xDesc, yDesc,
+hDesc and cDesc, unpacked layouts without CUDNN_RNN_PADDED_IO_ENABLED, unsorted packed
+batches, buffers smaller than the size queries say.  NOT_SUPPORTED: variable sequence lengths
+or DOUBLE data with a persistent algo (002 lists both).
+"""
+from __future__ import annotations
+
+from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.ir import packed_strides
+from .._core import bound_graph as bg
+from .._core.registry import legacy
+from ..dropout import require_states
+from ..enums import ENUMS
+from ..errors import check, not_supported
+from ..handle import get_handle
+from .core import LAYOUTS, Call, Geometry, config_of, run, spaces, weight_space_size
+from .desc import E, PADDED_IO, PERSIST, check_call_types, rnn_data_desc, rnn_desc
+from ..tensor import tensor_desc
+
+FWD_TRAINING = ENUMS["cudnnForwardMode_t"]["CUDNN_FWD_MODE_TRAINING"]
+FWD_INFERENCE = ENUMS["cudnnForwardMode_t"]["CUDNN_FWD_MODE_INFERENCE"]
+WGRAD_ADD = ENUMS["cudnnWgradMode_t"]["CUDNN_WGRAD_MODE_ADD"]
+
+
+def rnn_for_call(rnnDesc):
+    d = rnn_desc(rnnDesc)
+    check(d.api == "v8", "rnnDesc", "was configured with cudnnSetRNNDescriptor_v6; the v8 calls need "
+          "cudnnSetRNNDescriptor_v8 (its inputSize and dataType)")
+    return d
+
+
+# -- checks shared by both generations -----------------------------------------------------------
+
+def check_algo(d, geo, cfg) -> None:
+    if d.algo in PERSIST and not geo.uniform:
+        raise not_supported("rnnDesc", "variable sequence lengths are not supported with a persistent algo")
+    if d.algo == E["CUDNN_RNN_ALGO_PERSIST_STATIC"] and cfg.dtype == "float64":
+        raise not_supported("rnnDesc", "DOUBLE data is not supported with CUDNN_RNN_ALGO_PERSIST_STATIC")
+
+
+def data_geometry(d, xd, argname="xDesc") -> Geometry:
+    """Geometry of an RNN data descriptor, with the layout rules of 002 §7.2.47/§7.2.36."""
+    layout = LAYOUTS[xd.layout]
+    if layout != "PACKED":
+        check(d.auxFlags & PADDED_IO, argname, "unpacked (padded) layouts need CUDNN_RNN_PADDED_IO_ENABLED in rnnDesc "
+              "(auxFlags or cudnnSetRNNPaddingMode)")
+    lengths = tuple(xd.seqLengthArray)
+    if layout == "PACKED":
+        check(all(a >= b for a, b in zip(lengths, lengths[1:])), argname,
+              "the packed layout needs sequences sorted by decreasing length")
+        check(max(lengths) in (0, xd.maxSeqLength), argname,
+              f"maxSeqLength {xd.maxSeqLength} must equal the longest sequence ({max(lengths)}) in the packed layout")
+    return Geometry(layout, xd.maxSeqLength, xd.batchSize, lengths)
+
+
+def check_same_data(xd, yd, xn, yn) -> None:
+    for attr in ("dataType", "layout", "maxSeqLength", "batchSize", "seqLengthArray"):
+        check(getattr(xd, attr) == getattr(yd, attr), yn, f"{attr} must equal {xn}'s")
+
+
+def check_state_desc(desc, argname, cfg, B, width, used: bool):
+    """hDesc/cDesc: NULL only when none of its buffers is given; else [L*dirs, batch, width], packed."""
+    if bg.is_null(desc):
+        check(not used, argname, "is NULL but a buffer it describes is not")
+        return None
+    sd = tensor_desc(desc, argname)
+    want = (cfg.pseudo_layers, B, width)
+    check(tuple(sd.dims) == want, argname, f"dims must be [numLayers*dirs, batch, width] = {list(want)}, got {list(sd.dims)}")
+    check(tuple(sd.strides) == packed_strides(sd.dims), argname, "must be fully packed")
+    check(sd.dtype == cfg.dtype, argname, f"data type {sd.dtype} must be the RNN's {cfg.dtype}")
+    return sd
+
+
+def check_sizes(cfg, geo, training, weightSpaceSize, workSpaceSize, reserveSpaceSize, wname="weightSpaceSize",
+                need_reserve=None) -> None:
+    need_w = weight_space_size(cfg)
+    check(int(weightSpaceSize) >= need_w, wname, f"{weightSpaceSize} is less than the weight space size {need_w}")
+    sp = spaces(cfg, geo)
+    check(int(workSpaceSize) >= sp.ws_size, "workSpaceSize", f"{workSpaceSize} is less than the {sp.ws_size} bytes needed")
+    if training if need_reserve is None else need_reserve:
+        check(int(reserveSpaceSize) >= sp.rs_size, "reserveSpaceSize",
+              f"{reserveSpaceSize} is less than the {sp.rs_size} bytes training needs")
+
+
+def dropout_in_effect(d, cfg, training: bool) -> float:
+    dd = d.dropoutDesc
+    if not training or cfg.L < 2 or dd is None or dd.dropout == 0:
+        return 0.0
+    require_states(dd, "rnnDesc.dropoutDesc")
+    return dd.dropout
+
+
+def values(d) -> dict:
+    dd = d.dropoutDesc
+    return {"zero": 0.0, "fill": 0.0, "lclip": d.lclip, "rclip": d.rclip, "scale": dd.scale if dd is not None else 1.0}
+
+
+def buffer_specs(cfg, geo, bufs: dict, sp, training: bool) -> dict:
+    """name -> (argname, (dtype or None, bytes needed)) of every buffer of the call: the data,
+    state and weight buffers hold the RNN's data type; workspace, reserve space and dropout
+    states are untyped.  NULL workspace (or reserve space in training) is BAD_PARAM."""
+    from ..dropout import STATES_SIZE
+    isz = dtypes.itemsize(cfg.dtype)
+    V = cfg.D * cfg.Hout
+    sizes = {"x": geo.N * cfg.I, "dx": geo.N * cfg.I, "y": geo.N * V, "dy": geo.N * V}
+    for name in ("hx", "hy", "dhx", "dhy"):
+        sizes[name] = cfg.pseudo_layers * geo.B * cfg.Hout
+    for name in ("cx", "cy", "dcx", "dcy"):
+        sizes[name] = cfg.pseudo_layers * geo.B * cfg.H
+    specs = {name: (name, (cfg.dtype, n * isz)) for name, n in sizes.items()}
+    specs["w"] = ("weightSpace", (cfg.dtype, weight_space_size(cfg)))
+    specs["dw"] = ("dweightSpace", (cfg.dtype, weight_space_size(cfg)))
+    specs["ws"] = ("workSpace", (None, sp.ws_size))
+    specs["rs"] = ("reserveSpace", (None, sp.rs_size))
+    specs["states"] = ("rnnDesc.dropoutDesc.states", (None, STATES_SIZE))
+    check(not bg.is_null(bufs.get("ws")), "workSpace", "is NULL")
+    if training:
+        check(not bg.is_null(bufs.get("rs")), "reserveSpace", "is NULL")
+    return specs
+
+
+def dispatch(handle, d, cfg, geo, kind: str, training: bool, bufs: dict, fill=None) -> None:
+    """Run ``kind`` (forward / backward_data / backward_weights) on the checked arguments."""
+    bufs = {k: v for k, v in bufs.items() if not bg.is_null(v)}
+    sp = spaces(cfg, geo)
+    specs = buffer_specs(cfg, geo, bufs, sp, training)
+    p = dropout_in_effect(d, cfg, training)
+    if p > 0:
+        bufs["states"] = d.dropoutDesc.states
+    present = frozenset(k for k in bufs if k in ("hx", "cx", "hy", "cy", "dhy", "dcy", "dhx", "dcx")
+                        and ("c" not in k or cfg.mode == "LSTM"))
+    call = Call(cfg, geo, training, present, p, fill is not None and kind == "forward")
+    vals = values(d)
+    if fill is not None:
+        vals["fill"] = fill
+    run(handle, call, kind, bufs, vals, specs)  # every buffer is checked before the first graph runs
+
+
+# -- v8 calls ------------------------------------------------------------------------------------
+
+def data_pair(d, xDesc, yDesc, xn="xDesc", yn="yDesc"):
+    """Config and geometry of a call from its RNN data descriptors (v6 descriptors take
+    dataType and inputSize from xDesc)."""
+    xd, yd = rnn_data_desc(xDesc, xn), rnn_data_desc(yDesc, yn)
+    check_call_types(d, xd.dataType, xd.vectorSize, xn)
+    cfg = config_of(d, xd.dataType, xd.vectorSize)
+    check_same_data(xd, yd, xn, yn)
+    check(yd.vectorSize == cfg.D * cfg.Hout, yn, f"vectorSize {yd.vectorSize} must be "
+          f"{'2 x ' if cfg.D == 2 else ''}{'projSize' if cfg.proj else 'hiddenSize'} = {cfg.D * cfg.Hout}")
+    geo = data_geometry(d, xd, xn)
+    check_algo(d, geo, cfg)
+    return cfg, geo, xd, yd
+
+
+@legacy("cudnnGetRNNTempSpaceSizes")
+def getRNNTempSpaceSizes(handle, rnnDesc, fMode, xDesc) -> tuple:
+    """(workSpaceSize, reserveSpaceSize); reserve is 0 for CUDNN_FWD_MODE_INFERENCE."""
+    get_handle(handle)
+    d = rnn_for_call(rnnDesc)
+    check(fMode in (FWD_INFERENCE, FWD_TRAINING), "fMode", f"{fMode!r} is not a cudnnForwardMode_t")
+    xd = rnn_data_desc(xDesc, "xDesc")
+    check_call_types(d, xd.dataType, xd.vectorSize, "xDesc")
+    cfg = config_of(d)
+    sp = spaces(cfg, data_geometry(d, xd))
+    return sp.ws_size, (sp.rs_size if fMode == FWD_TRAINING else 0)
+
+
+@legacy("cudnnRNNForward", cupy="RNNForward")
+def RNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy,
+               weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace) -> None:
+    """v8 RNN forward, inference or training (fwdMode), over RNN data descriptors (002 §7.2.36)."""
+    h = get_handle(handle)
+    d = rnn_for_call(rnnDesc)
+    check(fwdMode in (FWD_INFERENCE, FWD_TRAINING), "fwdMode", f"{fwdMode!r} is not a cudnnForwardMode_t")
+    training = fwdMode == FWD_TRAINING
+    check(not bg.is_null(devSeqLengths), "devSeqLengths", "is NULL (a device copy of seqLengthArray is required)")
+    cfg, geo, xd, yd = data_pair(d, xDesc, yDesc)
+    check_state_desc(hDesc, "hDesc", cfg, geo.B, cfg.Hout, not (bg.is_null(hx) and bg.is_null(hy)))
+    lstm = cfg.mode == "LSTM"
+    if lstm:
+        check_state_desc(cDesc, "cDesc", cfg, geo.B, cfg.H, not (bg.is_null(cx) and bg.is_null(cy)))
+    check(not bg.is_null(x), "x", "is NULL")
+    check(not bg.is_null(y), "y", "is NULL")
+    check_sizes(cfg, geo, training, weightSpaceSize, workSpaceSize, reserveSpaceSize)
+    bufs = {"x": x, "y": y, "hx": hx, "hy": hy, "w": weightSpace, "ws": workSpace}
+    if lstm:
+        bufs.update(cx=cx, cy=cy)
+    if training:
+        bufs["rs"] = reserveSpace
+    dispatch(h, d, cfg, geo, "forward", training, bufs, yd.paddingFill if geo.padded else None)
+
+
+@legacy("cudnnRNNBackwardData_v8", cupy="RNNBackwardData_v8")
+def RNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, hDesc, hx, dhy, dhx, cDesc, cx, dcy,
+                       dcx, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize,
+                       reserveSpace) -> None:
+    """Gradients w.r.t. x, hx, cx after a training-mode cudnnRNNForward with the same y, hx, cx
+    and reserve space; dhy/dcy NULL mean zero, dhx/dcx NULL are not written."""
+    h = get_handle(handle)
+    d = rnn_for_call(rnnDesc)
+    check(not bg.is_null(devSeqLengths), "devSeqLengths", "is NULL")
+    cfg, geo, _, _ = data_pair(d, xDesc, yDesc)
+    check_state_desc(hDesc, "hDesc", cfg, geo.B, cfg.Hout, not all(bg.is_null(v) for v in (hx, dhy, dhx)))
+    lstm = cfg.mode == "LSTM"
+    if lstm:
+        check_state_desc(cDesc, "cDesc", cfg, geo.B, cfg.H, not all(bg.is_null(v) for v in (cx, dcy, dcx)))
+    for name, v in (("y", y), ("dy", dy), ("dx", dx)):
+        check(not bg.is_null(v), name, "is NULL")
+    check_sizes(cfg, geo, True, weightSpaceSize, workSpaceSize, reserveSpaceSize)
+    bufs = {"y": y, "dy": dy, "dx": dx, "hx": hx, "dhy": dhy, "dhx": dhx, "w": weightSpace, "ws": workSpace,
+            "rs": reserveSpace}
+    if lstm:
+        bufs.update(cx=cx, dcy=dcy, dcx=dcx)
+    dispatch(h, d, cfg, geo, "backward_data", True, bufs)
+
+
+@legacy("cudnnRNNBackwardWeights_v8", cupy="RNNBackwardWeights_v8")
+def RNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDesc, hx, yDesc, y, weightSpaceSize,
+                          dweightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace) -> None:
+    """dweightSpace += gradients w.r.t. every weight and bias (only CUDNN_WGRAD_MODE_ADD exists)."""
+    h = get_handle(handle)
+    d = rnn_for_call(rnnDesc)
+    check(addGrad == WGRAD_ADD, "addGrad", "only CUDNN_WGRAD_MODE_ADD is supported (002 §8.2.21)")
+    check(not bg.is_null(devSeqLengths), "devSeqLengths", "is NULL")
+    cfg, geo, _, _ = data_pair(d, xDesc, yDesc)
+    check_state_desc(hDesc, "hDesc", cfg, geo.B, cfg.Hout, not bg.is_null(hx))
+    for name, v in (("x", x), ("y", y), ("dweightSpace", dweightSpace)):
+        check(not bg.is_null(v), name, "is NULL")
+    check_sizes(cfg, geo, True, weightSpaceSize, workSpaceSize, reserveSpaceSize)
+    bufs = {"x": x, "hx": hx, "y": y, "dw": dweightSpace, "ws": workSpace, "rs": reserveSpace}
+    dispatch(h, d, cfg, geo, "backward_weights", True, bufs)
+
