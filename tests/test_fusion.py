@@ -486,11 +486,13 @@ def test_each_with_statement_runs_the_faster_mode(monkeypatch, handle, rng, plai
     clock = _FakeClock()
     monkeypatch.setattr(fusion, "_clock", lambda h: clock)
     monkeypatch.setattr(fusion, "_SITES", {})
+    monkeypatch.setattr(fusion, "_STATEMENTS", {})
     b = Block(rng)
     d = b.dev
     want = relu(ref_conv(b.x, b.w1, (1, 1), (1, 1), (1, 1)))
     modes = []
-    for _ in range(fusion.TRIAL_WARM + 2 * fusion.TRIAL_RUNS + 3):
+
+    def block():
         y = b.empty()
         with cc.fuse(handle) as scope:
             b.conv(handle, d["x"], d["w1"], y)
@@ -498,20 +500,30 @@ def test_each_with_statement_runs_the_faster_mode(monkeypatch, handle, rng, plai
             ran_fused = fusion.pending() > 0
             assert ran_fused == (_call.HOOKS != [])  # a plain scope has left: no hooks
             clock.now += 1.0 if ran_fused else plain_ms
-        modes.append(scope.fused)
         assert scope.deferred == (2 if ran_fused else 0) and ran_fused == scope.fused
         np.testing.assert_allclose(b.get(y), want, rtol=1e-5, atol=1e-6)
+        return scope
+
+    for _ in range(fusion.TRIAL_WARM + 2 * fusion.TRIAL_RUNS + 3):
+        modes.append(block().fused)
     trial = [True] * fusion.TRIAL_WARM + [False, True] * fusion.TRIAL_RUNS
     assert modes == trial + [want_fused] * 3, modes
     assert _registry.HOOKS == [] and _call.HOOKS == []
     (site,) = fusion._SITES.values()
     assert site.fused is want_fused
+    # once every block of the statement chose plain, its scopes install no hooks at all
+    installs = []
+    real_install = fusion._install
+    monkeypatch.setattr(fusion, "_install", lambda: (installs.append(1), real_install()))
+    assert block().fused is want_fused
+    assert installs == ([1] if want_fused else [])
 
 
 def test_a_raising_block_is_not_timed(monkeypatch, handle, rng):
     clock = _FakeClock()
     monkeypatch.setattr(fusion, "_clock", lambda h: clock)
     monkeypatch.setattr(fusion, "_SITES", {})
+    monkeypatch.setattr(fusion, "_STATEMENTS", {})
     b = Block(rng)
     for i in range(fusion.TRIAL_WARM + 2 * fusion.TRIAL_RUNS):
         y = b.empty()
@@ -541,6 +553,7 @@ def test_gpu_with_statement_is_timed_and_decided(monkeypatch, rng):
     """On the GPU the trial runs on CUDA events and decides; every run gives the unfused numbers."""
     import cupy
     monkeypatch.setattr(fusion, "_SITES", {})
+    monkeypatch.setattr(fusion, "_STATEMENTS", {})
     h = cc.cudnnCreate("gpu")
     b = Block(rng, dtype=F32, n=4, c=16, hw=8, fmt=cc.CUDNN_TENSOR_NCHW, xp=cupy)
     y1, y2 = b.empty(), b.empty()

@@ -562,6 +562,10 @@ def _replace(op, old: Tensor, new: Tensor):
 MEASURE = True  # False: always fused (tests of the fusion mechanics)
 TRIAL_WARM, TRIAL_RUNS = 2, 3
 _SITES: dict = {}  # (code, line, place, device, first call key) -> _Site
+# (code, line, place, device) -> the _Sites of that with-statement, and whether all of them chose
+# plain: then its later scopes run plain from the start, with no hooks at all (a block of that
+# statement whose first call was never tried runs plain too: never slower than unfused)
+_STATEMENTS: dict = {}
 
 
 class _Site:
@@ -596,6 +600,8 @@ class _Site:
         med = {k: sorted(v)[len(v) // 2] for k, v in ms.items()}
         self.fused = bool(ms[True] and ms[False] and med[True] < med[False])
         self.runs = []
+        stmt = _STATEMENTS[scope.site + (scope.handle.place, scope.handle.device)]
+        stmt[1] = all(s.fused is False for s in stmt[0])
         log.info("fuse: %s:%d runs %s (median %.4f ms fused, %.4f ms plain)", scope.site[0].co_filename,
                  scope.site[1], "fused" if self.fused else "plain", med[True], med[False])
 
@@ -642,6 +648,9 @@ def _choose(scope, key) -> bool:
     site = _SITES.get(sk)
     if site is None:
         site = _SITES[sk] = _Site()
+        stmt = _STATEMENTS.setdefault(scope.site + (handle.place, handle.device), [[], False])
+        stmt[0].append(site)
+        stmt[1] = False
     scope.fused, timed = site.next()
     if timed:
         scope.trial, scope.t0 = site, clock.mark(handle)
@@ -728,9 +737,15 @@ class fuse:
         self.scope.site = (f.f_code, f.f_lineno)  # the measured choice is per with-statement and first call
 
     def __enter__(self) -> Scope:
+        scope = self.scope
+        if MEASURE:
+            stmt = _STATEMENTS.get(scope.site + (scope.handle.place, scope.handle.device))
+            if stmt is not None and stmt[1]:  # every block of this statement chose plain
+                scope.fused, scope.detached = False, True
+                return scope
         _install()
-        _TL.scopes.append(self.scope)
-        return self.scope
+        _TL.scopes.append(scope)
+        return scope
 
     def __exit__(self, exc_type, exc, tb):
         scope = self.scope
