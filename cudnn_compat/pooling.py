@@ -217,10 +217,7 @@ def poolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y) -> None
         h = get_handle(handle)
         pd = pooling_desc(poolingDesc)
         xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-        mk = (id(pd._key or pd.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
-        m = _FWD.get(mk)
-        if m is None:
-            mk, m = _FWD.canonical((), (pd, xd, yd))
+        mk, m = _FWD.lookup((), (pd, xd, yd))
         if m is None:
             check(xd.nbDims == yd.nbDims, "yDesc", f"is {yd.nbDims}-d but xDesc is {xd.nbDims}-d")
             check(xd.dims[:2] == yd.dims[:2], "yDesc", f"n, c {yd.dims[:2]} differ from xDesc's {xd.dims[:2]}")

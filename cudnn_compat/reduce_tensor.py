@@ -201,10 +201,7 @@ def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspac
         h = get_handle(handle)
         rd = reduce_desc(reduceTensorDesc)
         ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
-        mk = (id(rd._key or rd.key()), id(ad._key or ad.key()), id(cd._key or cd.key()))
-        m = _REDUCE.get(mk)
-        if m is None:
-            mk, m = _REDUCE.canonical((), (rd, ad, cd))
+        mk, m = _REDUCE.lookup((), (rd, ad, cd))
         if m is None:
             _check_shapes(ad, cd)
             check(ad.dims != cd.dims, "cDesc", f"no dimension is reduced (A and C are both {ad.dims})")

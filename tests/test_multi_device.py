@@ -348,16 +348,16 @@ def test_compiled_kernels_are_per_device(fake_cupy, monkeypatch):
 
 
 def test_cublas_handles_are_per_device(fake_cupy, monkeypatch):
-    from cudnn_compat._backend.engines.cupy_engine import rnn, runtime
+    from cudnn_compat._backend.engines.cupy_engine import cublas, runtime
     monkeypatch.setattr(runtime, "cupy", lambda: fake_cupy)
-    monkeypatch.setattr(rnn.Cublas, "_by_device", {})
-    monkeypatch.setattr(rnn.Cublas, "lib", classmethod(lambda cls: "libcublas"))
+    monkeypatch.setattr(cublas.Cublas, "_by_device", {})
+    monkeypatch.setattr(cublas.Cublas, "lib", classmethod(lambda cls: "libcublas"))
     made = []
-    monkeypatch.setattr(rnn.Cublas, "__init__", lambda self, lib: made.append(fake_cupy.current()))
+    monkeypatch.setattr(cublas.Cublas, "__init__", lambda self, lib: made.append(fake_cupy.current()))
     got = []
     for dev in (0, 1, 1, 0):
         with fake_cupy.cuda.Device(dev):
-            got.append(rnn.Cublas.get())
+            got.append(cublas.Cublas.get())
     assert made == [0, 1] and got[0] is got[3] and got[1] is got[2] and got[0] is not got[1]
 
 

@@ -324,7 +324,7 @@ def test_backward_other_modes_on_gpu_match_cpu(gpu, cpu, rng, mode):
 
 def test_repeated_forward_is_captured_and_replayed(gpu, cpu, rng):
     """Call 1 runs eagerly, call 2 captures a CUDA graph, call 3 replays it: the same numbers."""
-    from cudnn_compat._backend.engines.cupy_engine.rnn import ProgramRun
+    from cudnn_compat._backend.engines.cupy_engine.program import ProgramRun
     c = cp()
     mode, D, L, I, H, T = "LSTM", 2, 1, 8, 16, 6
     lengths = (6,) * 4

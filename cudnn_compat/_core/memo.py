@@ -90,6 +90,16 @@ class Memo(dict):
         mk = prefix + tuple(id(d._key) for d in descs)
         return mk, self.get(mk)
 
+    def lookup(self, prefix: tuple, descs: tuple):
+        """(memo key, entry or None) of enum arguments ``prefix`` and descriptors ``descs``: the
+        lookup above as one call (``key``, then ``canonical`` on a miss), for the paths a call
+        site entry skips."""
+        mk = prefix + tuple([id(d._key or d.key()) for d in descs])
+        m = self.get(mk)
+        if m is None:
+            mk, m = self.canonical(prefix, descs)
+        return mk, m
+
 
 def site_get(sites: "Memo", sk: tuple):
     """``sites.get(sk)``, None when an argument is unhashable (the full path then says what it is)."""

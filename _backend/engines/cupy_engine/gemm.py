@@ -13,7 +13,7 @@ input, columns) comes from CuPy's memory pool, in batch chunks of at most ``CHUN
 columns; the caller's workspace is never used, so every plan of this engine needs none.
 
 Every product is ``matmul``: cublasGemmStridedBatchedEx through the engine's own cuBLAS handle
-(``rnn.Cublas``) with the compute type of ``_backend.math_policy`` (CUBLAS_COMPUTE_32F_FAST_TF32
+(``cublas.Cublas``) with the compute type of ``_backend.math_policy`` (CUBLAS_COMPUTE_32F_FAST_TF32
 only where ``allow_tf32(data, math_type)``, else CUBLAS_COMPUTE_32F, or _64F for double), the
 same rule as the RNN recurrence and the cudnn engine; CuPy's own matmul (whose TF32 follows
 CUPY_TF32) is not used.  ``gemm_calls`` (pure Python, tested on the CPU) maps a batched,
@@ -66,11 +66,11 @@ def _batch_strides(shape, strides, batch) -> tuple:
 
 
 def gemm_calls(a_shape, a_strides, b_shape, b_strides, compute: str) -> tuple:
-    """(C shape, [rnn.Gemm]) computing the row-major C = A @ B (NumPy matmul broadcasting over the
+    """(C shape, [cublas.Gemm]) computing the row-major C = A @ B (NumPy matmul broadcasting over the
     batch dims; C packed) as column-major calls C^T = B^T A^T: cuBLAS operand 'a' is B, 'b' is A,
     offsets in elements of ('B'|'A'|'C', offset).  Batch dims are permuted and merged so the
     fewest calls cover them (each call one strided batch; a dim an operand broadcasts has stride 0)."""
-    from .rnn import Gemm
+    from .cublas import Gemm
     M, K = a_shape[-2:]
     K2, N = b_shape[-2:]
     if K != K2:
@@ -122,7 +122,7 @@ def matmul(a, b, compute: str):
     """C = a @ b (CuPy arrays of one float dtype, NumPy broadcasting; C a new packed array) on
     cuBLAS with ``compute`` 'float32' | 'tf32' | 'float64' (math_policy.gemm_compute)."""
     cp = runtime.cupy()
-    from .rnn import Cublas
+    from .cublas import Cublas
     ops = []
     for x in (a, b):
         st = _elem_strides(x)

@@ -6,11 +6,8 @@ plan): per time step ONE cuBLAS GEMM over all gates, batched over the directions
 ONE generated cell kernel for every (direction, sequence, unit); LSTM projection adds one GEMM
 and one small kernel per step.  The recurrent state lives in scratch buffers (h in the weight
 dtype, as the next GEMM's operand; c and the GEMM results in float, double for DOUBLE); a
-sequence past its length is inactive and keeps its state.  Running a program: the first call
-with a given set of buffer addresses runs eagerly (every kernel compiled, scratch allocated);
-the next call captures the whole step loop into a CUDA graph, later calls replay it (one
-launch per layer); addresses, stream and by-value scalars key the graphs
-(``CUDNN_COMPAT_RNN_GRAPHS=0`` turns capture off).  A persistent kernel would save the launch
+sequence past its length is inactive and keeps its state.  A program runs through program.py
+(eager, then captured into a CUDA graph and replayed; the GEMMs through cublas.py).  A persistent kernel would save the launch
 gaps too but needs the weights resident in shared memory/registers, which does not fit at
 H = 512 (4 MiB of LSTM fp32 weights), so the GEMM + cell pair stays.
 
@@ -24,20 +21,15 @@ index math against the reference engine without a GPU.
 """
 from __future__ import annotations
 
-import collections
-import ctypes
 import math
-import os
-import threading
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from ... import config as _config
 from ...math_policy import gemm_compute
 from ...ops.rnn import GATES, is_padded, row_map, rows_of
-from . import runtime
 from .codegen import PREAMBLE, STORAGE, KernelSpec, load_expr, name_kernel, store_expr
+from .cublas import Gemm
+from .program import Launch, Program, ProgramRun
 from .steps import KernelRun, PyRun
 
 KINDS = ("RNNRecurrence", "RNNRecurrenceBackward", "Rng")
@@ -65,58 +57,6 @@ def supports(op) -> "str | None":
 
 
 # -- programs --------------------------------------------------------------------------------------
-
-@dataclass
-class Gemm:
-    """cuBLAS column-major C = op(A) op(B) (+ beta C), batched with element strides.
-    Operands are (buffer, element offset); dtypes are IR names; ``compute`` 'float32' |
-    'float64' | 'tf32'."""
-
-    transa: bool
-    transb: bool
-    m: int
-    n: int
-    k: int
-    a: tuple
-    lda: int
-    sa: int
-    b: tuple
-    ldb: int
-    sb: int
-    c: tuple
-    ldc: int
-    sc: int
-    batch: int
-    beta: float
-    compute: str
-
-
-@dataclass
-class Launch:
-    """A kernel launch; ``args`` per parameter: ('ref', buffer, element offset), ('int', v),
-    ('scalar', role) (a by-value input, as the spec's float type)."""
-
-    spec: KernelSpec
-    args: list
-    skip_if_same: tuple = ()  # (buffer, buffer): skipped when both name the same memory
-
-
-@dataclass
-class Program:
-    buffers: dict  # name -> dtype, for roles (op tensors) and scratch
-    scratch: dict  # name -> element count
-    consts: dict  # name -> NumPy array (uploaded once)
-    roles: dict  # name -> Tensor of the op
-    scalars: tuple  # by-value roles read
-    instrs: list = field(default_factory=list)
-
-    def kernels(self) -> list:
-        seen, out = set(), []
-        for ins in self.instrs:
-            if isinstance(ins, Launch) and ins.spec.name not in seen:
-                seen.add(ins.spec.name)
-                out.append(ins.spec)
-        return out
 
 
 def _ct(dtype: str) -> str:
@@ -236,6 +176,19 @@ class _Geo:
 
     def active(self, ts) -> bool:
         return any(t < self.maxlen for t in ts)
+
+    def steps(self, backward: bool):
+        """The per-step kernel ints of every active step in run order: t0 t1 r0 r1 (the step's t and
+        row base per end direction), backward also p0 p1 (the row base of the step before)."""
+        for s in range(self.T):
+            ts = self.times(s, backward)
+            if not self.active(ts):
+                continue
+            ints = {"t0": ts[0], "t1": ts[-1], "r0": self.row_base(ts[0]), "r1": self.row_base(ts[-1])}
+            if backward:
+                prev = [t + 1 if rev else t - 1 for t, rev in zip(ts, self.dirs)]
+                ints.update(p0=self.row_base(prev[0]), p1=self.row_base(prev[-1]))
+            yield ints
 
     def row_base(self, t: int) -> int:
         return self.base[t] if 0 <= t < self.T else 0
@@ -487,320 +440,99 @@ def _state_copy(g: _Geo, prog: Program, src_role, dst, width: int, to_state: boo
     prog.instrs.append(Launch(spec, args))
 
 
-def _program(op, g: _Geo, scratch: dict) -> Program:
+# The scratch of each sweep: (name, dtype: "w" the weights' | "c" the compute type, width per
+# (direction, sequence), needed: always | LSTM | proj), in allocation order.  The forward sweep
+# carries h and c, the backward one their gradients.
+_SCRATCH = {
+    False: (("hs", "w", "Ho", None), ("gr", "c", "gH", None), ("cs", "c", "H", "LSTM"),
+            ("hp", "w", "H", "proj"), ("hq", "c", "Ho", "proj")),
+    True: (("dhs", "c", "Ho", None), ("dG", "w", "gH", None), ("dcs", "c", "H", "LSTM"),
+           ("drs", "w", "Ho", "proj"), ("dhb", "c", "H", "proj")),
+}
+# The carried state per sweep: (role it starts from, scratch, role it ends in) for h (width Ho)
+# and, LSTM only, c (width H); a missing start role is zero.
+_STATE = {False: (("hx", "hs", "hy"), ("cx", "cs", "cy")), True: (("dhy", "dhs", "dhx"), ("dcy", "dcs", "dcx"))}
+
+
+def _program(op, backward: bool) -> tuple:
+    """(geometry, program) of a recurrence sweep: its scratch allocated, the state copied in."""
+    g = _Geo(op)
+    width, dtype = {"Ho": g.Ho, "gH": g.gH, "H": g.H}, {"w": g.wdt, "c": g.ct}
+    need = {None: True, "LSTM": g.mode == "LSTM", "proj": g.proj}
+    scratch = {name: (dtype[dt], g.D * g.B * width[w]) for name, dt, w, when in _SCRATCH[backward] if need[when]}
     buffers = {role: t.dtype for role, t in g.roles.items() if not t.is_by_value}
     buffers.update({name: dt for name, (dt, _) in scratch.items()})
     buffers["lens"] = "int32"
-    return Program(buffers, {k: n for k, (_, n) in scratch.items()},
+    prog = Program(buffers, {k: n for k, (_, n) in scratch.items()},
                    {"lens": np.asarray(g.lengths, np.int32)}, dict(g.roles),
                    tuple(r for r, t in g.roles.items() if t.is_by_value))
+    for (src, buf, _), w, on in zip(_STATE[backward], (g.Ho, g.H), (True, g.mode == "LSTM")):
+        if on:
+            _state_copy(g, prog, src if src in g.roles else None, (buf, scratch[buf][0]), w, True)
+    return g, prog
+
+
+def _state_out(g: _Geo, prog: Program, backward: bool) -> None:
+    """The carried state into the sweep's end roles the op has."""
+    for (_, buf, dst), w in zip(_STATE[backward], (g.Ho, g.H)):
+        if dst in g.roles:
+            _state_copy(g, prog, dst, (buf, prog.buffers[buf]), w, False)
+
+
+def _weight_gemm(g: _Geo, weight: str, transa: bool, src: str, k: int, dst: str, m: int, beta: float) -> Gemm:
+    """Every direction's ``weight`` (op(W), m x k) times its packed (B, k) scratch ``src`` into the
+    packed (B, m) scratch ``dst`` (+ beta dst), batched over the directions."""
+    w = g.roles[weight]
+    return Gemm(transa, False, m, g.B, k, (weight, 0), w.strides[1], w.strides[0], (src, 0), k, g.B * k,
+                (dst, 0), m, g.B * m, g.D, beta, g.compute)
 
 
 def forward_program(op) -> Program:
-    g = _Geo(op)
+    g, prog = _program(op, False)
     R = g.roles
-    D, B, H, gH, Ho, wdt, ct = g.D, g.B, g.H, g.gH, g.Ho, g.wdt, g.ct
-    scratch = {"hs": (wdt, D * B * Ho), "gr": (ct, D * B * gH)}
-    if g.mode == "LSTM":
-        scratch["cs"] = (ct, D * B * H)
-    if g.proj:
-        scratch.update(hp=(wdt, D * B * H), hq=(ct, D * B * Ho))
-    prog = _program(op, g, scratch)
+    D, B, H, gH, Ho = g.D, g.B, g.H, g.gH, g.Ho
     ins = prog.instrs
-    _state_copy(g, prog, "hx" if "hx" in R else None, ("hs", wdt), Ho, True)
-    if g.mode == "LSTM":
-        _state_copy(g, prog, "cx" if "cx" in R else None, ("cs", ct), H, True)
     if "y_in" in R and "fill" not in R:
         spec, args = copy_spec((D, g.N, Ho), ("y_in", g.st("y_in")), ("y", g.st("y")), R["y"].dtype, R["y_in"].dtype)
         ins.append(Launch(spec, args, skip_if_same=("y_in", "y")))
     if g.padded and "fill" in R:
         spec, args = pad_spec(D, g.T, B, Ho, g.layout, ("y", g.st("y")), R["y"].dtype, "fill")
         ins.append(Launch(spec, args))
-    w = R["w_rec"]
-    rec = Gemm(True, False, gH, B, Ho, ("w_rec", 0), w.strides[1], w.strides[0], ("hs", 0), Ho, B * Ho,
-               ("gr", 0), gH, B * gH, D, 0.0, g.compute)
+    rec = _weight_gemm(g, "w_rec", True, "hs", Ho, "gr", gH, 0.0)
     cell, cell_args = _fwd_cell(g)
     if g.proj:
-        wr = R["wr"]
-        pj = Gemm(True, False, Ho, B, H, ("wr", 0), wr.strides[1], wr.strides[0], ("hp", 0), H, B * H,
-                  ("hq", 0), Ho, B * Ho, D, 0.0, g.compute)
+        pj = _weight_gemm(g, "wr", True, "hp", H, "hq", Ho, 0.0)
         commit, commit_args = _fwd_commit(g)
-    for s in range(g.T):
-        ts = g.times(s, False)
-        if not g.active(ts):
-            continue
-        ints = {"t0": ts[0], "t1": ts[-1], "r0": g.row_base(ts[0]), "r1": g.row_base(ts[-1])}
+    for ints in g.steps(False):
         ins.append(rec)
         ins.append(Launch(cell, _bind(cell_args, ints)))
         if g.proj:
             ins.append(pj)
             ins.append(Launch(commit, _bind(commit_args, ints)))
-    if "hy" in R:
-        _state_copy(g, prog, "hy", ("hs", wdt), Ho, False)
-    if "cy" in R:
-        _state_copy(g, prog, "cy", ("cs", ct), H, False)
+    _state_out(g, prog, False)
     return prog
 
 
 def backward_program(op) -> Program:
-    g = _Geo(op)
+    g, prog = _program(op, True)
     R = g.roles
-    D, B, H, gH, Ho, wdt, ct = g.D, g.B, g.H, g.gH, g.Ho, g.wdt, g.ct
-    scratch = {"dhs": (ct, D * B * Ho), "dG": (wdt, D * B * gH)}
-    if g.mode == "LSTM":
-        scratch["dcs"] = (ct, D * B * H)
-    if g.proj:
-        scratch.update(drs=(wdt, D * B * Ho), dhb=(ct, D * B * H))
-    prog = _program(op, g, scratch)
     ins = prog.instrs
-    _state_copy(g, prog, "dhy" if "dhy" in R else None, ("dhs", ct), Ho, True)
-    if g.mode == "LSTM":
-        _state_copy(g, prog, "dcy" if "dcy" in R else None, ("dcs", ct), H, True)
     if g.padded:
-        spec, args = pad_spec(D, g.T, B, gH, g.layout, ("dgates", g.st("dgates")), R["dgates"].dtype, None)
+        spec, args = pad_spec(g.D, g.T, g.B, g.gH, g.layout, ("dgates", g.st("dgates")), R["dgates"].dtype, None)
         ins.append(Launch(spec, args))
-    w = R["w_rec"]
-    rec = Gemm(False, False, Ho, B, gH, ("w_rec", 0), w.strides[1], w.strides[0], ("dG", 0), gH, B * gH,
-               ("dhs", 0), Ho, B * Ho, D, 1.0, g.compute)
+    rec = _weight_gemm(g, "w_rec", False, "dG", g.gH, "dhs", g.Ho, 1.0)
     cell, cell_args = _bwd_cell(g)
     if g.proj:
-        wr = R["wr"]
-        pj = Gemm(False, False, H, B, Ho, ("wr", 0), wr.strides[1], wr.strides[0], ("drs", 0), Ho, B * Ho,
-                  ("dhb", 0), H, B * H, D, 0.0, g.compute)
+        pj = _weight_gemm(g, "wr", False, "drs", g.Ho, "dhb", g.H, 0.0)
         pin, pin_args = _bwd_proj_in(g)
-    for s in range(g.T):
-        ts = g.times(s, True)
-        if not g.active(ts):
-            continue
-        prev = [t + 1 if rev else t - 1 for t, rev in zip(ts, g.dirs)]
-        ints = {"t0": ts[0], "t1": ts[-1], "r0": g.row_base(ts[0]), "r1": g.row_base(ts[-1]),
-                "p0": g.row_base(prev[0]), "p1": g.row_base(prev[-1])}
+    for ints in g.steps(True):
         if g.proj:
             ins.append(Launch(pin, _bind(pin_args, ints)))
             ins.append(pj)
         ins.append(Launch(cell, _bind(cell_args, ints)))
         ins.append(rec)
-    if "dhx" in R:
-        _state_copy(g, prog, "dhx", ("dhs", ct), Ho, False)
-    if "dcx" in R:
-        _state_copy(g, prog, "dcx", ("dcs", ct), H, False)
+    _state_out(g, prog, True)
     return prog
-
-
-# -- running programs on the GPU ---------------------------------------------------------------------
-
-CUDA_R = {"float32": 0, "float64": 1, "float16": 2}
-COMPUTE = {"float32": 68, "float64": 70, "tf32": 77}  # CUBLAS_COMPUTE_32F, _64F, _32F_FAST_TF32
-CUBLAS_GEMM_DEFAULT = -1
-WORKSPACE_BYTES = 32 << 20
-
-
-class Cublas:
-    """One cuBLAS handle per device through ctypes (the C API, independent of CuPy's bindings),
-    with its own workspace so GEMMs can be captured into CUDA graphs."""
-
-    _lock = threading.Lock()
-    _by_device: dict = {}
-    _lib = None
-
-    @classmethod
-    def lib(cls):
-        if cls._lib is None:
-            cls._lib = _load_cublas()
-        return cls._lib
-
-    @classmethod
-    def get(cls) -> "Cublas":
-        cp = runtime.cupy()
-        dev = cp.cuda.runtime.getDevice()
-        with cls._lock:
-            h = cls._by_device.get(dev)
-            if h is None:
-                h = cls._by_device[dev] = Cublas(cls.lib())
-        return h
-
-    def __init__(self, lib):
-        cp = runtime.cupy()
-        self.lib = lib
-        handle = ctypes.c_void_p()
-        _check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-        self.handle = handle
-        self.workspace = cp.empty(WORKSPACE_BYTES, dtype=cp.uint8)
-        _check(lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(int(self.workspace.data.ptr)),
-                                         ctypes.c_size_t(WORKSPACE_BYTES)), "cublasSetWorkspace")
-        self.scalars = {(dt, v): (ctypes.c_double if dt == "float64" else ctypes.c_float)(v)
-                        for dt in ("float32", "float64") for v in (0.0, 1.0)}
-
-    def set_stream(self, stream_ptr: int) -> None:
-        _check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(stream_ptr)), "cublasSetStream")
-
-    def gemm(self, gm: Gemm, a: int, adt: str, b: int, bdt: str, c: int, cdt: str) -> None:
-        sdt = "float64" if gm.compute == "float64" else "float32"
-        st = self.lib.cublasGemmStridedBatchedEx(
-            self.handle, int(gm.transa), int(gm.transb), gm.m, gm.n, gm.k, ctypes.byref(self.scalars[(sdt, 1.0)]),
-            ctypes.c_void_p(a), CUDA_R[adt], gm.lda, ctypes.c_longlong(gm.sa),
-            ctypes.c_void_p(b), CUDA_R[bdt], gm.ldb, ctypes.c_longlong(gm.sb),
-            ctypes.byref(self.scalars[(sdt, float(gm.beta))]),
-            ctypes.c_void_p(c), CUDA_R[cdt], gm.ldc, ctypes.c_longlong(gm.sc), gm.batch, COMPUTE[gm.compute],
-            CUBLAS_GEMM_DEFAULT)
-        _check(st, "cublasGemmStridedBatchedEx")
-
-
-def _check(status: int, what: str) -> None:
-    if status:
-        raise RuntimeError(f"{what} failed with cuBLAS status {status}")
-
-
-def _load_cublas():
-    names = []
-    try:
-        from cuda import pathfinder
-        loaded = pathfinder.load_nvidia_dynamic_lib("cublas")
-        if getattr(loaded, "abs_path", None):
-            names.append(loaded.abs_path)
-    except Exception:  # not installed / not found: try the loader
-        pass
-    names += ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
-    errors = []
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError as e:
-            errors.append(f"{name}: {e}")
-    else:
-        raise RuntimeError("libcublas not found (" + "; ".join(errors) + ")")
-    vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-    lib.cublasCreate_v2.argtypes = [ctypes.POINTER(vp)]
-    lib.cublasSetStream_v2.argtypes = [vp, vp]
-    lib.cublasSetWorkspace_v2.argtypes = [vp, vp, ctypes.c_size_t]
-    lib.cublasGemmStridedBatchedEx.argtypes = [vp, i, i, i, i, i, vp, vp, i, i, ll, vp, i, i, ll, vp, vp, i, i, ll,
-                                               i, i, i]
-    for fn in (lib.cublasCreate_v2, lib.cublasSetStream_v2, lib.cublasSetWorkspace_v2, lib.cublasGemmStridedBatchedEx):
-        fn.restype = i
-    return lib
-
-
-_SCALAR = {"float": np.float32, "double": np.float64}
-
-
-class _Entry:
-    __slots__ = ("steps", "scratch", "graph", "uses")
-
-    def __init__(self, steps, scratch):
-        self.steps, self.scratch, self.graph, self.uses = steps, scratch, None, 0
-
-
-class ProgramRun:
-    """Runs a Program inside a cupy plan: resolve addresses, then eager / capture / replay."""
-
-    MAX_GRAPHS = 8
-
-    def __init__(self, prog: Program, op):
-        self.prog, self.op = prog, op
-        self.uids = {role: t.uid for role, t in op.inputs.items()}
-        self.uids.update({role: t.uid for role, t in op.outputs.items()})
-        self.cache: "collections.OrderedDict" = collections.OrderedDict()
-        self.consts: dict = {}
-        self.lock = threading.Lock()
-
-    def kernels(self) -> list:
-        return self.prog.kernels()
-
-    def _resolve(self, ptrs: dict, scalars: dict, scratch: dict) -> tuple:
-        """Instructions -> (steps with every argument fixed, the cuBLAS handle)."""
-        from ... import dtypes
-        size = {name: dtypes.itemsize(dt) for name, dt in self.prog.buffers.items()}
-        base = dict(ptrs)
-        base.update({k: int(v.data.ptr) for k, v in scratch.items()})
-        base.update({k: int(v.data.ptr) for k, v in self.consts.items()})
-
-        def addr(ref):
-            return base[ref[0]] + ref[1] * size[ref[0]]
-        blas = Cublas.get()
-        steps = []
-        for ins in self.prog.instrs:
-            if isinstance(ins, Gemm):
-                bt = self.prog.buffers
-                steps.append(("gemm", ins, addr(ins.a), bt[ins.a[0]], addr(ins.b), bt[ins.b[0]], addr(ins.c), bt[ins.c[0]]))
-                continue
-            if ins.skip_if_same and base[ins.skip_if_same[0]] == base[ins.skip_if_same[1]]:
-                continue
-            args = []
-            for a, decl in zip(ins.args, ins.spec.params):
-                if a[0] == "ref":
-                    args.append(np.uint64(addr(a[1:])))
-                elif a[0] == "int":
-                    args.append(np.int64(a[1]))
-                else:
-                    args.append(_SCALAR[decl.split()[0]](float(scalars[a[1]])))
-            steps.append(("kernel", runtime.function(ins.spec), ins.spec.grid, ins.spec.block, tuple(args)))
-        return steps, blas
-
-    def _execute(self, steps, blas, stream_ptr: int) -> None:
-        from .gemm import _LOCK  # the cuBLAS handle is shared with the engine's matmuls
-        with _LOCK:
-            blas.set_stream(stream_ptr)
-            for s in steps:
-                if s[0] == "gemm":
-                    blas.gemm(*s[1:])
-                else:
-                    s[1](s[2], s[3], s[4])
-                    runtime.LAUNCHES[0] += 1
-
-    def run(self, env, ctx) -> None:
-        cp = runtime.cupy()
-        stream = cp.cuda.get_current_stream()
-        if not self.consts:
-            self.consts = {k: cp.asarray(v) for k, v in self.prog.consts.items()}
-        ptrs = {role: runtime.pointer(env[uid]) for role, uid in self.uids.items()
-                if not self.prog.roles[role].is_by_value}
-        scalars = {role: float(env[self.uids[role]]) for role in self.prog.scalars}
-        key = (int(stream.ptr), tuple(sorted(ptrs.items())), tuple(sorted(scalars.items())))
-        with self.lock:
-            entry = self.cache.get(key)
-            if entry is not None:
-                self.cache.move_to_end(key)
-        if entry is None:
-            scratch = {k: cp.empty(n, dtype=np.dtype(_np_dtype(self.prog.buffers[k])))
-                       for k, n in self.prog.scratch.items()}
-            steps, blas = self._resolve(ptrs, scalars, scratch)
-            entry = _Entry((steps, blas), scratch)
-            with self.lock:
-                self.cache[key] = entry
-                while len(self.cache) > self.MAX_GRAPHS:
-                    self.cache.popitem(last=False)
-        steps, blas = entry.steps
-        entry.uses += 1
-        if entry.graph is None and entry.uses >= 2 and _graphs_enabled():
-            entry.graph = self._capture(steps, blas) or False
-        if entry.graph:
-            entry.graph.launch(stream=stream)
-        else:
-            self._execute(steps, blas, int(stream.ptr))
-
-    def _capture(self, steps, blas):
-        cp = runtime.cupy()
-        cap = cp.cuda.Stream(non_blocking=True)
-        try:
-            with cap:
-                cap.begin_capture()
-                try:
-                    self._execute(steps, blas, int(cap.ptr))
-                finally:
-                    graph = cap.end_capture()
-            return graph
-        except Exception:  # capture unsupported here: stay eager (correct, slower)
-            return None
-
-
-def _np_dtype(name: str):
-    from ... import dtypes
-    return dtypes.storage_dtype(name)
-
-
-def _graphs_enabled() -> bool:
-    return _config.get("CUDNN_COMPAT_RNN_GRAPHS")
 
 
 # -- Rng --------------------------------------------------------------------------------------------

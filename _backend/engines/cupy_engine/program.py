@@ -1,0 +1,170 @@
+"""A *program*: the cuBLAS GEMMs and kernel launches of one op, built once per plan in pure Python
+(rnn.py builds those of the recurrence ops), and ``ProgramRun``, which runs one inside a cupy
+plan.  The first call with a given set of buffer addresses runs eagerly (every kernel compiled,
+scratch allocated); the next call captures the whole step loop into a CUDA graph, later calls
+replay it (one launch per layer); addresses, stream and by-value scalars key the graphs
+(``CUDNN_COMPAT_RNN_GRAPHS=0`` turns capture off)."""
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ... import config as _config
+from . import runtime
+from .codegen import KernelSpec
+from .cublas import Cublas, Gemm
+
+
+@dataclass
+class Launch:
+    """A kernel launch; ``args`` per parameter: ('ref', buffer, element offset), ('int', v),
+    ('scalar', role) (a by-value input, as the spec's float type)."""
+
+    spec: KernelSpec
+    args: list
+    skip_if_same: tuple = ()  # (buffer, buffer): skipped when both name the same memory
+
+
+@dataclass
+class Program:
+    buffers: dict  # name -> dtype, for roles (op tensors) and scratch
+    scratch: dict  # name -> element count
+    consts: dict  # name -> NumPy array (uploaded once)
+    roles: dict  # name -> Tensor of the op
+    scalars: tuple  # by-value roles read
+    instrs: list = field(default_factory=list)
+
+    def kernels(self) -> list:
+        seen, out = set(), []
+        for ins in self.instrs:
+            if isinstance(ins, Launch) and ins.spec.name not in seen:
+                seen.add(ins.spec.name)
+                out.append(ins.spec)
+        return out
+
+
+# -- running programs on the GPU ---------------------------------------------------------------------
+
+_SCALAR = {"float": np.float32, "double": np.float64}
+
+
+class _Entry:
+    __slots__ = ("steps", "scratch", "graph", "uses")
+
+    def __init__(self, steps, scratch):
+        self.steps, self.scratch, self.graph, self.uses = steps, scratch, None, 0
+
+
+class ProgramRun:
+    """Runs a Program inside a cupy plan: resolve addresses, then eager / capture / replay."""
+
+    MAX_GRAPHS = 8
+
+    def __init__(self, prog: Program, op):
+        self.prog, self.op = prog, op
+        self.uids = {role: t.uid for role, t in op.inputs.items()}
+        self.uids.update({role: t.uid for role, t in op.outputs.items()})
+        self.cache: "collections.OrderedDict" = collections.OrderedDict()
+        self.consts: dict = {}
+        self.lock = threading.Lock()
+
+    def kernels(self) -> list:
+        return self.prog.kernels()
+
+    def _resolve(self, ptrs: dict, scalars: dict, scratch: dict) -> tuple:
+        """Instructions -> (steps with every argument fixed, the cuBLAS handle)."""
+        from ... import dtypes
+        size = {name: dtypes.itemsize(dt) for name, dt in self.prog.buffers.items()}
+        base = dict(ptrs)
+        base.update({k: int(v.data.ptr) for k, v in scratch.items()})
+        base.update({k: int(v.data.ptr) for k, v in self.consts.items()})
+
+        def addr(ref):
+            return base[ref[0]] + ref[1] * size[ref[0]]
+        blas = Cublas.get()
+        steps = []
+        for ins in self.prog.instrs:
+            if isinstance(ins, Gemm):
+                bt = self.prog.buffers
+                steps.append(("gemm", ins, addr(ins.a), bt[ins.a[0]], addr(ins.b), bt[ins.b[0]], addr(ins.c), bt[ins.c[0]]))
+                continue
+            if ins.skip_if_same and base[ins.skip_if_same[0]] == base[ins.skip_if_same[1]]:
+                continue
+            args = []
+            for a, decl in zip(ins.args, ins.spec.params):
+                if a[0] == "ref":
+                    args.append(np.uint64(addr(a[1:])))
+                elif a[0] == "int":
+                    args.append(np.int64(a[1]))
+                else:
+                    args.append(_SCALAR[decl.split()[0]](float(scalars[a[1]])))
+            steps.append(("kernel", runtime.function(ins.spec), ins.spec.grid, ins.spec.block, tuple(args)))
+        return steps, blas
+
+    def _execute(self, steps, blas, stream_ptr: int) -> None:
+        from .gemm import _LOCK  # the cuBLAS handle is shared with the engine's matmuls
+        with _LOCK:
+            blas.set_stream(stream_ptr)
+            for s in steps:
+                if s[0] == "gemm":
+                    blas.gemm(*s[1:])
+                else:
+                    s[1](s[2], s[3], s[4])
+                    runtime.LAUNCHES[0] += 1
+
+    def run(self, env, ctx) -> None:
+        cp = runtime.cupy()
+        stream = cp.cuda.get_current_stream()
+        if not self.consts:
+            self.consts = {k: cp.asarray(v) for k, v in self.prog.consts.items()}
+        ptrs = {role: runtime.pointer(env[uid]) for role, uid in self.uids.items()
+                if not self.prog.roles[role].is_by_value}
+        scalars = {role: float(env[self.uids[role]]) for role in self.prog.scalars}
+        key = (int(stream.ptr), tuple(sorted(ptrs.items())), tuple(sorted(scalars.items())))
+        with self.lock:
+            entry = self.cache.get(key)
+            if entry is not None:
+                self.cache.move_to_end(key)
+        if entry is None:
+            scratch = {k: cp.empty(n, dtype=np.dtype(_np_dtype(self.prog.buffers[k])))
+                       for k, n in self.prog.scratch.items()}
+            steps, blas = self._resolve(ptrs, scalars, scratch)
+            entry = _Entry((steps, blas), scratch)
+            with self.lock:
+                self.cache[key] = entry
+                while len(self.cache) > self.MAX_GRAPHS:
+                    self.cache.popitem(last=False)
+        steps, blas = entry.steps
+        entry.uses += 1
+        if entry.graph is None and entry.uses >= 2 and _graphs_enabled():
+            entry.graph = self._capture(steps, blas) or False
+        if entry.graph:
+            entry.graph.launch(stream=stream)
+        else:
+            self._execute(steps, blas, int(stream.ptr))
+
+    def _capture(self, steps, blas):
+        cp = runtime.cupy()
+        cap = cp.cuda.Stream(non_blocking=True)
+        try:
+            with cap:
+                cap.begin_capture()
+                try:
+                    self._execute(steps, blas, int(cap.ptr))
+                finally:
+                    graph = cap.end_capture()
+            return graph
+        except Exception:  # capture unsupported here: stay eager (correct, slower)
+            return None
+
+
+def _np_dtype(name: str):
+    from ... import dtypes
+    return dtypes.storage_dtype(name)
+
+
+def _graphs_enabled() -> bool:
+    return _config.get("CUDNN_COMPAT_RNN_GRAPHS")
