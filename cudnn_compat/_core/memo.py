@@ -102,14 +102,6 @@ class Memo(dict):
 
 
 def site_get(sites: "Memo", sk: tuple):
-    """``sites.get(sk)``, None when an argument is unhashable (the full path then says what it is)."""
-    try:
-        return sites.get(sk)
-    except TypeError:
-        return None
-
-
-def site_get(sites: "Memo", sk: tuple):
     """The value remembered for the arguments ``sk`` when no descriptor changed since (its stamp
     is EPOCH[0]), else None (also for an unhashable argument: resolving it says what it is)."""
     try:
