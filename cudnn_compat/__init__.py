@@ -43,7 +43,8 @@ from .errors import STATUS, CuDNNError, getErrorString  # noqa: F401
 __version__ = "0.1.0"
 
 # Family modules register their functions with ``_core.registry.legacy`` on import.
-_FAMILIES = ["handle", "tensor", "tensor_ops", "convolution.api", "activation", "softmax", "pooling", "lrn", "batchnorm", "dropout", "rnn", "attention", "ctc", "spatial",
+_FAMILIES = ["handle", "tensor", "tensor_ops", "convolution.descriptor", "convolution.api", "activation", "softmax",
+             "pooling", "lrn", "batchnorm", "dropout", "rnn", "attention.descriptor", "attention.compute", "ctc", "spatial",
              "normalization", "fused_ops", "transform", "algorithm", "misc", "convolution.legacy", "graph_api.api"]
 for _m in _FAMILIES:
     try:

@@ -47,7 +47,7 @@ MAX_LABEL_LENGTH = 256  # 002 §8.2.3: "The labelLengths is greater than 256" is
 WS_ALIGN = 256
 
 
-# -- host arrays and host-made constants (shared with attention.py and spatial.py) ----------------
+# -- host arrays and host-made constants (shared with attention/ and spatial.py) ------------------
 
 def host_ints(arg, count: int, argname: str, device: bool = False) -> np.ndarray:
     """An int array argument as int32[count]: a list/tuple, a NumPy array, a host pointer int,

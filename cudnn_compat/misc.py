@@ -256,8 +256,8 @@ SUBLIBRARIES = {
     "ops_infer": (("handle", "tensor", "tensor_ops", "activation", "softmax", "pooling", "lrn", "batchnorm",
                    "dropout", "normalization", "transform", "algorithm", "misc"), ()),
     "ops_train": (("activation", "batchnorm", "normalization", "pooling", "softmax", "lrn", "dropout"), ("ops_infer",)),
-    "cnn_infer": (("convolution.api", "convolution.legacy"), ("ops_infer",)),
-    "cnn_train": (("convolution.api", "fused_ops"), ("ops_infer", "ops_train", "cnn_infer")),
+    "cnn_infer": (("convolution.descriptor", "convolution.api", "convolution.legacy"), ("ops_infer",)),
+    "cnn_train": (("convolution.descriptor", "convolution.api", "fused_ops"), ("ops_infer", "ops_train", "cnn_infer")),
     "adv_infer": (("rnn",), ("ops_infer",)),
     "adv_train": (("rnn",), ("ops_infer", "ops_train", "adv_infer")),
 }

@@ -39,10 +39,12 @@ FAMILIES = {
     "activation": "Activation", "softmax": "Softmax", "pooling": "Pooling",
     "lrn": "LRN and divisive normalization", "batchnorm": "Batch normalization",
     "normalization": "Normalization (cudnnNormalization*)", "dropout": "Dropout",
-    "convolution.api": "Convolution", "convolution.legacy": "Convolution (cuDNN 7 algorithm queries)",
+    "convolution.descriptor": "Convolution descriptors", "convolution.api": "Convolution",
+    "convolution.legacy": "Convolution (cuDNN 7 algorithm queries)",
     "algorithm": "Algorithm descriptors (deprecated)", "fused_ops": "Fused ops", "spatial": "Spatial transformer",
     "rnn.desc": "RNN descriptors", "rnn.weights": "RNN weights", "rnn.v8": "RNN (cuDNN 8 API)",
-    "rnn.legacy": "RNN (legacy API)", "rnn.find": "RNN algorithm search", "attention": "Multi-head attention",
+    "rnn.legacy": "RNN (legacy API)", "rnn.find": "RNN algorithm search",
+    "attention.descriptor": "Multi-head attention descriptors", "attention.compute": "Multi-head attention",
     "ctc": "CTC loss", "misc": "Miscellaneous", "graph_api.api": "Backend (graph) API",
 }
 

@@ -4,7 +4,7 @@ cudnnSpatialTfSamplerBackward).
 
 Multi-head attention and the spatial-transformer grid generator need no kind of their own:
 they are Matmul + Softmax/SoftmaxBackward + Pointwise + Reduction graphs
-(cudnn_compat/attention.py, cudnn_compat/spatial.py).  The two below are composites because
+(cudnn_compat/attention/compute.py, cudnn_compat/spatial.py).  The two below are composites because
 neither is expressible with those ops: CTC is a dynamic program over time whose transitions
 depend on the label values, and the bilinear sampler gathers input pixels at data-dependent
 positions (the IR has no gather).

@@ -1,7 +1,8 @@
 """Convolution calls v7 code still makes and the convolution helper queries (002 Table 5: the
 removed cudnnGetConvolutionForwardAlgorithm, ...BackwardDataAlgorithm, ...BackwardFilterAlgorithm
 and their preference enums; §5.2.31 cudnnIm2Col; §5.2.30 cudnnGetFoldedConvBackwardDataDescriptors;
-inventory §2.4).  Descriptors, validation and the algorithm ranking come from ``convolution.api``.
+inventory §2.4).  Descriptors come from ``convolution.descriptor``, validation and the algorithm
+ranking from ``convolution.api``.
 
 Get*Algorithm (v7): the first algorithm of cnn's heuristic ranking (cudnnGet*Algorithm_v7) that
 can run the problem and meets the preference: NO_WORKSPACE needs 0 bytes, PREFER_FASTEST takes
@@ -38,7 +39,7 @@ import numbers
 
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import OperationGraph, Tensor
-from . import api as cnn
+from . import api as cnn, descriptor as conv
 from .. import tensor, transform
 from .._core.call import run
 from .._core.data import bind
@@ -122,7 +123,7 @@ def im2Col(handle, srcDesc, srcData, filterDesc, convDesc, colBuffer) -> None:
     h = get_handle(handle)
     xd = resolve(srcDesc, TensorDescriptor, "srcDesc")
     wd = resolve(filterDesc, FilterDescriptor, "filterDesc")
-    cd = cnn.conv_desc(convDesc)
+    cd = conv.conv_desc(convDesc)
     for p, n in ((srcData, "srcData"), (colBuffer, "colBuffer")):
         check(p is not None and not (isinstance(p, int) and p == 0), n, "is NULL")
     for t, n in ((xd.dataType, "srcDesc"), (wd.dataType, "filterDesc"), (cd.computeType, "convDesc")):
@@ -130,7 +131,7 @@ def im2Col(handle, srcDesc, srcData, filterDesc, convDesc, colBuffer) -> None:
             raise not_supported(n, f"data type {name_of('cudnnDataType_t', t)} is not supported by cudnnIm2Col")
     if cd.groupCount > 1:
         raise not_supported("convDesc", f"groupCount {cd.groupCount} > 1 is not supported by cudnnIm2Col")
-    out = cnn._output_dims(cd, xd, wd, ("srcDesc", "filterDesc"))
+    out = conv._output_dims(cd, xd, wd, ("srcDesc", "filterDesc"))
     if xd.nbDims not in (4, 5):
         raise not_supported("srcDesc", f"im2col takes 4-d or 5-d tensors, got {xd.nbDims} dims")
     n, c, osp, fsp = xd.dims[0], xd.dims[1], out[2:], wd.dims[2:]
@@ -187,7 +188,7 @@ def getFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, convDesc,
     get_handle(handle)
     outs = [resolve(foldedFilterDesc, FilterDescriptor, "foldedFilterDesc", need_set=False),
             resolve(paddedDiffDesc, TensorDescriptor, "paddedDiffDesc", need_set=False),
-            cnn.conv_desc(foldedConvDesc, "foldedConvDesc", need_set=False),
+            conv.conv_desc(foldedConvDesc, "foldedConvDesc", need_set=False),
             resolve(foldedGradDesc, TensorDescriptor, "foldedGradDesc", need_set=False)]
     trans = [resolve(t, transform.TensorTransformDescriptor, n, need_set=False) for t, n in (
         (filterFoldTransDesc, "filterFoldTransDesc"), (diffPadTransDesc, "diffPadTransDesc"),
@@ -217,7 +218,7 @@ def getFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, convDesc,
     tensor.setFilterNdDescriptor.__wrapped__(ff, wd.dataType, fmt, 4, [k, c * F_] + [g["Rf"] for g in geo])
     tensor.setTensorNdDescriptorEx.__wrapped__(pdiff, fmt, yd.dataType, 4, [n, k] + [Ho + g["d"] + g["a"] for Ho, g in
                                                                                    zip(yd.dims[2:], geo)])
-    cnn.setConvolutionNdDescriptor.__wrapped__(fconv, 2, [g["pad"] for g in geo], [1, 1], [1, 1], cd.mode, cd.computeType)
+    conv.setConvolutionNdDescriptor.__wrapped__(fconv, 2, [g["pad"] for g in geo], [1, 1], [1, 1], cd.mode, cd.computeType)
     fconv.groupCount, fconv.mathType, fconv.reorderType = 1, cd.mathType, cd.reorderType
     fconv.changed()
     tensor.setTensorNdDescriptorEx.__wrapped__(fgrad, fmt, xd.dataType, 4, [n, c * F_] + [g["Hf"] for g in geo])
