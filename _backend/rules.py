@@ -2,8 +2,8 @@
 
 A check name (``CONV_OUTPUT_DIMS``, ``TENSOR_UNIQUE_ID``) is what ``GraphError.check`` and the
 backend API's ``CuDNNError.check`` hold: the graph layer raises ``GraphError(check, message,
-status)`` (``ir.py``, the per-kind rules through ``validate.fail``, ``planner.py``), and
-``cudnn_compat``'s backend API raises ``backend_ops.fail(status, attribute, check, message)``.
+status)`` (``ir.py``, the per-kind rules through ``ops._common.fail``, ``planner.py``), and
+``cudnn_compat``'s backend API raises ``graph_api.operations.fail(status, attribute, check, message)``.
 Both helpers call ``require`` when they build the error (the error path only), so a name that is
 not a row of ``RULES``, or a status its row does not give, is an internal error
 (``UnknownRule``) instead of a new free-string rule.  ``tests/test_rule_names.py`` walks the

@@ -83,7 +83,7 @@ class ExecutionPlan:
 
     __slots__ = (
         "graph", "config", "workspace_size",  # the engine's build
-        "place", "declines",  # planner.make_plan / backend_api: where it runs, engines passed over (explain, trace)
+        "place", "declines",  # planner.make_plan / graph_api.api: where it runs, engines passed over (explain, trace)
         "cpu_fallback",  # planner._check_cpu_fallback: the reference engine ran a GPU-place call
         "failures",  # planner._replan: [(engine, reason)] of the engines that failed at execute
         "last_time",  # planner.execute: seconds of the last general execute (trace)

@@ -138,7 +138,7 @@ class ConvCall:
         ins = {dr.roles[i]: ts[i] for i in range(3) if i != dr.out}
         tmp = virtual(CONV_OUT, out.dims, self.cd.compute, f"{dr.roles[dr.out]}_conv")
         attrs = self.cd.attrs(dr.enum_name(algo), math)
-        attrs["zero_workspace"] = algo == zero_workspace_algo(dr.name, self.problem())  # _conv_algos
+        attrs["zero_workspace"] = algo == zero_workspace_algo(dr.name, self.problem())  # convolution/algos.py
         return Operation(dr.kind, ins, {dr.roles[dr.out]: tmp}, attrs), out
 
     def builder(self, algo: str, math: int, beta_zero: bool):

@@ -8,7 +8,7 @@ persistent plans, §7.2.2 BuildRNNDynamic).
 One descriptor object serves both generations.  The v6 setter leaves ``dataType`` and
 ``inputSize`` open (legacy calls take them from xDesc); ``api`` records which setter ran,
 because the v8 getters and size queries answer NOT_INITIALIZED for a v6 descriptor.
-``RNNConfig`` (rnn_core) is derived from a descriptor at call time and is what plans key on.
+``RNNConfig`` (rnn/core.py) is derived from a descriptor at call time and is what plans key on.
 """
 from __future__ import annotations
 

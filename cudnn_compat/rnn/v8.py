@@ -1,6 +1,6 @@
 """The v8 RNN compute calls (002 §7.2.36 cudnnRNNForward, §8.2.18 cudnnRNNBackwardData_v8,
 §8.2.21 cudnnRNNBackwardWeights_v8, §7.2.30 cudnnGetRNNTempSpaceSizes), and the checks and
-the dispatch into rnn_core that the legacy calls (rnn_legacy) share.
+the dispatch into rnn/core.py that the legacy calls (rnn/legacy.py) share.
 
 Every rule below is checked before the first graph runs; the message names the argument.
 BAD_PARAM: NULL descriptors or data, settings that disagree between rnnDesc, xDesc, yDesc,

@@ -2,7 +2,7 @@
 cudnnGetRNNWeightParams, §7.2.28 cudnnGetRNNParamsSize, §7.2.25
 cudnnGetRNNLinLayerMatrixParams, §7.2.24 cudnnGetRNNLinLayerBiasParams).
 
-The v8 weight space and the legacy params buffer are the same bytes (layout in rnn_core), so
+The v8 weight space and the legacy params buffer are the same bytes (layout in rnn/core.py), so
 weights filled through LinLayer pointers give the same results under both APIs.  Addresses
 come back as what the caller passed: an int for a pointer, an array view (dims of the
 returned descriptor) for a NumPy or CuPy array.

@@ -186,6 +186,62 @@ class Unreplayable(Exception):
     pass
 
 
+# Module paths before issue 15 item 2 (commit 6deecaf, "cudnn_compat grouped by concept") -> now.
+# Traces name a descriptor's class by ``type(v).__module__``; a path here is used when the recorded one
+# no longer imports.
+MOVED_MODULES = {f"cudnn_compat.{old}": f"cudnn_compat.{new}" for old, new in (
+    ("_bound_graph", "_core.bound_graph"), ("_call", "_core.call"), ("_data", "_core.data"),
+    ("_descriptor", "_core.descriptor"), ("_fastbind", "_core.fastbind"),
+    ("_lifecycle", "_core.lifecycle"), ("_logging", "_core.log"), ("_memo", "_core.memo"),
+    ("_place", "_core.place"), ("_registry", "_core.registry"), ("_signatures", "_core.signatures"),
+    ("_uids", "_core.uids"),
+    ("_conv_algos", "convolution.algos"), ("cnn", "convolution.api"), ("conv_legacy", "convolution.legacy"),
+    ("cupy_cudnn", "cupy13.cupy_cudnn"), ("cupyx_cudnn", "cupy13.cupyx_cudnn"), ("shim", "cupy13.shim"),
+    ("backend_api", "graph_api.api"), ("backend_attrs", "graph_api.attributes"),
+    ("backend_ops", "graph_api.operations"),
+    ("rnn_core", "rnn.core"), ("rnn_desc", "rnn.desc"), ("rnn_find", "rnn.find"),
+    ("rnn_legacy", "rnn.legacy"), ("rnn_v8", "rnn.v8"), ("rnn_weights", "rnn.weights"),
+    ("cli", "tools.cli"), ("demo", "tools.demo"), ("explain", "tools.explain"), ("fusion", "tools.fuse"),
+    ("replay", "tools.replay"), ("trace", "tools.trace"),
+    ("_backend.engines.cupy_engine.fusion", "_backend.engines.cupy_engine.grouping"))}
+
+
+def descriptor_class(module: str, name: str) -> type:
+    """The class a trace recorded as ``module.name``: from that module, else from its moved path
+    (``MOVED_MODULES``), else the ``Descriptor`` subclass of that name defined in any
+    ``cudnn_compat`` module (a module split since the recording)."""
+    for path in (module, MOVED_MODULES.get(module)):
+        if path is None:
+            continue
+        try:
+            cls = getattr(importlib.import_module(path), name, None)
+        except ImportError:
+            continue
+        if isinstance(cls, type):
+            return cls
+    import pkgutil
+    import sys
+    import cudnn_compat
+
+    def defined_here():
+        return [c for m in list(sys.modules.values()) if (getattr(m, "__name__", "") or "").startswith("cudnn_compat.")
+                for c in [getattr(m, name, None)]
+                if isinstance(c, type) and issubclass(c, Descriptor) and c.__module__ == m.__name__]
+
+    found = defined_here()
+    if not found:  # import the rest of the package (never __main__: it runs the command line)
+        for info in pkgutil.walk_packages(cudnn_compat.__path__, "cudnn_compat.", onerror=lambda _name: None):
+            if not info.name.endswith("__main__") and info.name not in sys.modules:
+                try:
+                    importlib.import_module(info.name)
+                except Exception:  # noqa: BLE001  (an optional module, e.g. one that needs CuPy)
+                    pass
+        found = defined_here()
+    if not found:
+        raise Unreplayable(f"descriptor class {module}.{name} not found (moved or renamed)")
+    return found[0]
+
+
 class _Args:
     """Decodes one call's recorded arguments for a place; owns what it creates."""
 
@@ -231,8 +287,7 @@ class _Args:
         got = self.descs.get(enc["id"])
         if got is not None:
             return got
-        mod = importlib.import_module(enc["module"])
-        cls = getattr(mod, enc["descriptor"])
+        cls = descriptor_class(enc["module"], enc["descriptor"])
         obj = cls.__new__(cls)
         try:
             obj.__init__()
