@@ -15,6 +15,7 @@ JOBS=${JOBS:-4}
 FUZZ=${FUZZ:-10000}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$RES/device.txt"
 started=$(date +%s)
+pack() { tar czf "$OUT/device_check.tgz" -C "$(dirname "$RES")" device_check; }  # after every step: a cut-off run keeps what it did
 
 xdist=()
 [ "$JOBS" != 0 ] && xdist=(-n "$JOBS" --dist loadfile)
@@ -22,6 +23,7 @@ timeout "${SUITE_S:-330}" python3 -m pytest tests -m gpu "${xdist[@]}" -p no:cac
     > "$RES/pytest_gpu.log" 2>&1
 echo "pytest rc=$? ($(( $(date +%s) - started )) s)"
 grep -E "^(FAILED|ERROR)|passed|failed" "$RES/pytest_gpu.log" | tail -30
+pack
 
 run() {  # name, timeout, command...
     local name=$1 limit=$2
@@ -29,6 +31,7 @@ run() {  # name, timeout, command...
     local t0=$(date +%s)
     timeout "$limit" "$@" > "$RES/$name.log" 2>&1
     echo "$name rc=$? ($(( $(date +%s) - t0 )) s)"
+    pack
 }
 run bench_programs 240 python3 benchmarks/bench_programs.py --out "$RES"
 run bench_memory_bound 90 python3 benchmarks/bench_memory_bound.py --out "$RES"
@@ -45,5 +48,5 @@ cp benchmarks/results/host_overhead_*.json "$RES/" 2>/dev/null
 for f in bench_programs bench_memory_bound bench_attention bench_ctc_sampler fuse_profile multi_gpu_example fuzz_gpu; do
     [ -f "$RES/$f.log" ] && { echo "== $f"; grep -v -i "warn" "$RES/$f.log" | tail -"${TAIL:-14}"; }
 done
-tar czf "$OUT/device_check.tgz" -C "$(dirname "$RES")" device_check
+pack
 echo "total $(( $(date +%s) - started )) s; wrote $OUT/device_check.tgz"
