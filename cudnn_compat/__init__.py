@@ -38,7 +38,7 @@ from cudnn_compat._backend.plan_cache import CACHE as _CACHE
 from cudnn_compat._backend.planner import CpuFallbackWarning  # noqa: F401 - a GPU call ran on the CPU (docs/not_supported.md)
 from . import enums as _enums
 from ._core.registry import LEGACY, exported
-from .errors import STATUS, CuDNNError, getErrorString  # noqa: F401
+from .errors import STATUS, CuDNNArgumentError, CuDNNError, getErrorString  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -592,6 +592,9 @@ class CuDNNAlgoPerf:
     def __getitem__(self, name: str) -> Any: ...
     def keys(self) -> tuple[str, ...]: ...
 
+class CuDNNArgumentError(CuDNNError, TypeError):
+    """A call that does not fit the function's Python signature (an unknown keyword, too many or too few arguments): ``CUDNN_STATUS_BAD_PARAM`` with ``argument`` ``"arguments"`` and a rule that names the bad keyword or count and shows the signature."""
+
 class CuDNNError(RuntimeError):
     """A failed legacy call: ``.status`` (int), ``.status_name``, ``.function``, ``.argument``, ``.rule`` and ``.message`` (the text: ``STATUS_NAME: function: argument: rule``, empty parts left out, so ``str(CuDNNError(3)) == "CUDNN_STATUS_BAD_PARAM"``)."""
     status: int

@@ -56,6 +56,13 @@ class CuDNNError(RuntimeError):
         return (type(self), (self.status, self.argument, self.rule, self.function), state or None)
 
 
+class CuDNNArgumentError(CuDNNError, TypeError):
+    """A call that does not fit the function's Python signature (an unknown keyword, too many or
+    too few arguments): ``CUDNN_STATUS_BAD_PARAM`` with ``argument`` ``"arguments"`` and a rule that
+    names the bad keyword or count and shows the signature.  Also a ``TypeError``, so code written
+    for Python's own call errors catches it too."""
+
+
 def bad_param(argument: str, rule: str) -> CuDNNError:
     return CuDNNError(CUDNN_STATUS_BAD_PARAM, argument, rule)  # noqa: F821
 

@@ -223,6 +223,9 @@ CLASSES = {
     def message(self) -> str: ...
     def with_function(self, function: str) -> CuDNNError: ...
 ''',
+    "CuDNNArgumentError": '''class CuDNNArgumentError(CuDNNError, TypeError):
+    """{doc}"""
+''',
     "CuDNNAlgoPerf": '''class CuDNNAlgoPerf:
     """{doc}"""
     algo: int

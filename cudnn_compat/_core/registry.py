@@ -33,8 +33,10 @@ opaque, out
 
 Anything else is BAD_PARAM naming the argument and the rule.  Safety net: a TypeError,
 ValueError, OverflowError, IndexError or KeyError that still escapes a legacy function is our
-bug, reported as CUDNN_STATUS_INTERNAL_ERROR naming the function, with the original chained
-(a call that does not fit the Python signature at all is BAD_PARAM).
+bug, reported as CUDNN_STATUS_INTERNAL_ERROR naming the function, with the original chained.
+A call that does not fit the Python signature (an unknown keyword, too many or too few
+arguments) is ``CuDNNArgumentError``: BAD_PARAM and a TypeError, naming the keyword or the count
+and showing the signature (``call_mismatch``; bound only once the call has failed).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ import numpy as np
 from cudnn_compat._backend.ir import GraphError
 from .descriptor import Descriptor
 from .signatures import SIGNATURES
-from ..errors import STATUS, CuDNNError, bad_param
+from ..errors import STATUS, CuDNNArgumentError, CuDNNError, bad_param
 
 LEGACY: dict = {}  # C name -> function
 CUPY_NAMES: dict = {}  # CuPy name -> C name
@@ -363,16 +365,67 @@ def _intercepted(i: int, c_name: str, fn, args, kwargs):
 
 
 def _bare_error(e: BaseException, c_name: str, fn, args, kwargs) -> CuDNNError:
-    """A bare Python exception out of a legacy function: BAD_PARAM when the call does not fit the
-    Python signature, else INTERNAL_ERROR (our bug), the original chained by the caller."""
+    """A bare Python exception out of a legacy function: ``CuDNNArgumentError`` (BAD_PARAM, also a
+    TypeError) when the call does not fit the Python signature, else INTERNAL_ERROR (our bug), the
+    original chained by the caller.  Only failed calls get here: the signature is bound on this
+    path alone, so a call that fits costs nothing more."""
     if isinstance(e, TypeError):
-        try:
-            inspect.signature(fn).bind(*args, **kwargs)
-        except TypeError as bind_error:
-            sig = inspect.signature(fn).replace(return_annotation=inspect.Signature.empty)
-            return bad_param("arguments", f"do not match {c_name}{sig}: {bind_error}").with_function(c_name)
+        rule = call_mismatch(fn, c_name, args, kwargs)
+        if rule is not None:
+            return CuDNNArgumentError(STATUS["CUDNN_STATUS_BAD_PARAM"], "arguments", rule, c_name)
     return CuDNNError(_INTERNAL_ERROR, "", f"internal error (a cudnn-compat bug, please report it): "
                                            f"{type(e).__name__}: {e}", c_name)
+
+
+def signature_text(c_name: str, fn) -> str:
+    """``cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w)``: the Python
+    parameters by name (defaults shown), as error messages and docstrings give them."""
+    parts, star = [], False
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            parts.append(f"*{p.name}")
+            star = True
+        elif p.kind is p.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+        else:
+            if p.kind is p.KEYWORD_ONLY and not star:
+                parts.append("*")
+                star = True
+            parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    return f"{c_name}({', '.join(parts)})"
+
+
+def call_mismatch(fn, c_name: str, args, kwargs) -> "str | None":
+    """Why ``fn(*args, **kwargs)`` does not fit ``fn``'s signature (the unknown keyword first, then
+    the count), with the signature; None when it fits."""
+    import difflib
+    sig = inspect.signature(fn)
+    try:
+        sig.bind(*args, **kwargs)
+        return None
+    except TypeError as bind_error:
+        why = str(bind_error)
+    params = sig.parameters
+    shown = signature_text(c_name, fn)
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        names = [n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL]
+        unknown = [k for k in kwargs if k not in names or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+        if unknown:
+            hints = [difflib.get_close_matches(k, names, 1) for k in unknown]
+            hint = "".join(f" (did you mean {h[0]!r}?)" for h in hints if h)
+            return (f"unknown keyword argument{'s' * (len(unknown) > 1)} "
+                    f"{', '.join(repr(k) for k in unknown)}{hint}; the signature is {shown}")
+    positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not any(p.kind is p.VAR_POSITIONAL for p in params.values()) and len(args) > len(positional):
+        return f"takes {len(positional)} positional argument{'s' * (len(positional) != 1)} but " \
+               f"{len(args)} {'was' if len(args) == 1 else 'were'} given; the signature is {shown}"
+    given = {p.name for p in positional[:len(args)]} | set(kwargs)
+    missing = [p.name for p in params.values() if p.default is p.empty and p.name not in given
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if missing and not set(kwargs) & {p.name for p in positional[:len(args)]}:
+        return f"missing {len(missing)} required argument{'s' * (len(missing) > 1)} " \
+               f"{', '.join(repr(m) for m in missing)}; the signature is {shown}"
+    return f"{why}; the signature is {shown}"
 
 
 _WRAPPER = """

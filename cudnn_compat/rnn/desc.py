@@ -23,7 +23,8 @@ from .._core.lifecycle import pair
 from .._core.registry import legacy
 from ..dropout import DropoutDescriptor
 from ..enums import ENUMS, is_valid, name_of
-from ..errors import CUDNN_STATUS_NOT_INITIALIZED, CUDNN_STATUS_NOT_SUPPORTED, CuDNNError, bad_param, check, not_supported
+from ..errors import (CUDNN_STATUS_NOT_INITIALIZED, CUDNN_STATUS_NOT_SUPPORTED, CuDNNArgumentError, CuDNNError,
+                      bad_param, check, not_supported)
 from ..handle import get_handle
 
 E = {k: v for t in ("cudnnRNNMode_t", "cudnnRNNAlgo_t", "cudnnRNNBiasMode_t", "cudnnDirectionMode_t",
@@ -234,7 +235,10 @@ def setRNNDescriptor(*args) -> None:
         return setRNNDescriptor_v5(*args)
     if len(args) == 10:
         return setRNNDescriptor_v6(*args)
-    raise bad_param("args", f"cudnnSetRNNDescriptor takes 8 (v5) or 10 (v6/v7) arguments, got {len(args)}")
+    raise CuDNNArgumentError(3, "arguments", f"takes 8 (v5) or 10 (v6/v7) arguments but {len(args)} were given; the "
+                             "signature is cudnnSetRNNDescriptor(rnnDesc, hiddenSize, numLayers, dropoutDesc, "
+                             "inputMode, direction, mode, dataType) or cudnnSetRNNDescriptor(handle, rnnDesc, "
+                             "hiddenSize, numLayers, dropoutDesc, inputMode, direction, mode, algo, mathPrec)")
 
 
 @legacy("cudnnGetRNNDescriptor_v6")
