@@ -24,6 +24,7 @@ MAX_LINES = 800
 GENERATED = {
     "cudnn_compat/__init__.pyi": "tools/gen_stubs.py",
     "cudnn_compat/_core/signatures.py": "tools/gen_signatures.py",
+    "cudnn_compat/_core/docstrings.py": "tools/gen_api_docs.py",
 }
 
 

@@ -8,7 +8,8 @@ registry, never written by hand:
   spelling (``cudnnAddTensor_v3``), with its Python parameters typed from the C parameter kinds of
   ``_core.signatures.SIGNATURES`` as ``_core.registry.CONVERSIONS`` matched them (table ``KIND_TYPES``);
 * its return type: the C out-parameters the function returns (one value, or a tuple when several);
-* a one-line docstring (the first sentence of the function's docstring);
+* its docstring: the function's entry of the API reference, the text ``help()`` shows
+  (``_core.docstrings.DOCS``, written by tools/gen_api_docs.py);
 * the enum values and constants (``int`` / ``float``), ``CuDNNError``, ``CuDNNAlgoPerf`` and the
   helpers (``fuse``, ``trace``, ``plan_cache_info``, ...).
 
@@ -185,11 +186,22 @@ def _params(c_name: str, fn) -> str:
     return ", ".join(parts)
 
 
+def doc_literal(doc: str) -> str:
+    """``doc`` as the docstring literal of a stub function body, indented (``ast.get_docstring``
+    gives back ``inspect.cleandoc(doc)``)."""
+    text = inspect.cleandoc(doc).replace("\\", "\\\\").replace('"""', "'''")
+    first, *rest = text.split("\n")
+    if not rest:
+        return f'"""{first}"""'
+    return '"""' + "\n".join([first] + [f"    {ln}" if ln else "" for ln in rest]) + '\n    """'
+
+
 def legacy_def(name: str, c_name: str) -> str:
+    """The stub of a legacy function under ``name``, its docstring the generated reference entry
+    (``_core.docstrings.DOCS``, what ``help()`` shows)."""
     fn = LEGACY[c_name]
-    doc = one_line(fn.__doc__)
-    alias = "" if name == c_name else f" (same function as {c_name})" if not doc else ""
-    body = f'"""{doc}{alias}"""' if doc or alias else "..."
+    doc = fn.__doc__ or ""
+    body = doc_literal(doc) if doc.strip() else "..."
     return f"def {name}({_params(c_name, fn)}) -> {return_type(c_name, fn)}:\n    {body}\n"
 
 
