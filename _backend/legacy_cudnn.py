@@ -93,6 +93,22 @@ PROTOTYPES.update({
     "cudnnSpatialTfSamplerForward": [_vp] * 9,
     "cudnnSpatialTfSamplerBackward": [_vp] * 14,
 })
+# backward passes and normalizations of cudnn_ops.h (cuDNN 9 still exports them): the GPU tests' oracle
+_BWD12 = [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp]
+PROTOTYPES.update({
+    "cudnnActivationBackward": _BWD12,
+    "cudnnSetActivationDescriptorSwishBeta": [_vp, _dbl],
+    "cudnnPoolingBackward": _BWD12,
+    "cudnnSoftmaxBackward": [_vp, _int, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp],
+    "cudnnCreateLRNDescriptor": [_pvp], "cudnnDestroyLRNDescriptor": [_vp],
+    "cudnnSetLRNDescriptor": [_vp, ctypes.c_uint, _dbl, _dbl, _dbl],
+    "cudnnLRNCrossChannelForward": [_vp, _vp, _int, _vp, _vp, _vp, _vp, _vp, _vp],
+    "cudnnLRNCrossChannelBackward": [_vp, _vp, _int] + [_vp] * 10,
+    "cudnnDivisiveNormalizationForward": [_vp, _vp, _int] + [_vp] * 9,
+    "cudnnDivisiveNormalizationBackward": [_vp, _vp, _int] + [_vp] * 11,
+    "cudnnDeriveBNTensorDescriptor": [_vp, _vp, _int],
+    "cudnnBatchNormalizationBackward": [_vp, _int] + [_vp] * 14 + [_dbl, _vp, _vp],
+})
 # cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
 DATA_TYPE = _lib.DATA_TYPE
 TENSOR_NCHW, TENSOR_NHWC = 0, 1
@@ -200,6 +216,12 @@ class Descs:
         self._made.append(("Pooling", d))
         call("cudnnSetPoolingNdDescriptor", d, int(mode), int(propagate_nan), len(window), _ints(window),
              _ints(pad), _ints(stride))
+        return d
+
+    def lrn(self, n: int, alpha: float, beta: float, k: float) -> int:
+        d = _create("LRN")
+        self._made.append(("LRN", d))
+        call("cudnnSetLRNDescriptor", d, int(n), float(alpha), float(beta), float(k))
         return d
 
     def op_tensor(self, op: int, compute: str = "float32", propagate_nan: bool = False) -> int:
