@@ -81,6 +81,9 @@ PROTOTYPES.update({
     "cudnnDropoutGetStatesSize": [_vp, _psz],
     "cudnnSetDropoutDescriptor": [_vp, _vp, _f32, _vp, _sz, _ull],
     "cudnnGetTensorNdDescriptor": [_vp, _int, _pint, _pint, _pint, _pint],
+    "cudnnRNNBackwardData_v8": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp,
+                                _sz, _vp, _sz, _vp],
+    "cudnnRNNBackwardWeights_v8": [_vp, _vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp, _sz, _vp, _sz, _vp],
 })
 # CTC loss and the spatial-transformer sampler (cudnn_adv.h / cudnn_cnn.h of cuDNN 9)
 PROTOTYPES.update({

@@ -171,6 +171,74 @@ def test_forward_matches_real_cudnn_v8(gpu, cpu, real, rng, mode, D, dtype, math
                 assert_close(a.astype(float), b, "fp32", err_msg=f"{name} vs float64")
 
 
+@pytest.mark.parametrize("D", [1, 2])
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "TANH", "RELU"])
+def test_backward_matches_real_cudnn_v8(gpu, cpu, real, rng, mode, D):
+    """cudnnRNNBackwardData_v8 (dx, dhx, dcx) and cudnnRNNBackwardWeights_v8 (every matrix and bias of
+    dw, CUDNN_WGRAD_MODE_ADD onto zeros) against the real functions, after a training forward on
+    identical weights; padded batch, FMA_MATH float32: the fp32_approx class (libcudnn's cells use fast
+    activation functions, ~3e-4 from float64; its gradients inherit that error)."""
+    from cudnn_compat._backend.legacy_cudnn_rnn import RealRNN
+    c = cp()
+    L, I, H, T = 2, 12, 16, 6
+    lengths = (6, 4, 6, 2, 5)
+    B, dtype, lstm = len(lengths), "float32", mode == "LSTM"
+    d, w, values, _ = our_net(cpu, mode, D, L, I, H, dtype, "FMA_MATH", rng)
+    x = c.asarray(rng.uniform(-1, 1, (T, B, I)).astype(np.float32))
+    hx, cx = (c.asarray(rng.uniform(-1, 1, (L * D, B, H)).astype(np.float32)) for _ in range(2))
+    dy_host = rng.uniform(-1, 1, (T, B, D * H)).astype(np.float32)
+    dy_host[np.arange(T)[:, None] >= np.asarray(lengths)[None, :]] = 0  # no gradient at padding positions
+    dy = c.asarray(dy_host)
+    dhy, dcy = (c.asarray(rng.uniform(-1, 1, (L * D, B, H)).astype(np.float32)) for _ in range(2))
+    # ours
+    wd = c.asarray(w)
+    y, _, _, rsb = run_ours(gpu, d, wd, dtype, D, L, I, H, T, lengths, x, hx, cx, True)
+    xd, yd = cc.cudnnCreateRNNDataDescriptor(), cc.cudnnCreateRNNDataDescriptor()
+    cc.cudnnSetRNNDataDescriptor(xd, DT[dtype], SEQ, T, B, I, list(lengths), None)
+    cc.cudnnSetRNNDataDescriptor(yd, DT[dtype], SEQ, T, B, D * H, list(lengths), None)
+    hd = cc.cudnnCreateTensorDescriptor()
+    cc.cudnnSetTensorNdDescriptor(hd, DT[dtype], 3, [L * D, B, H], [B * H, H, 1])
+    ws, rs = cc.cudnnGetRNNTempSpaceSizes(gpu, d, cc.CUDNN_FWD_MODE_TRAINING, xd)
+    wsb, seq = c.empty(max(ws, 1), c.uint8), c.asarray(np.asarray(lengths, np.int32))
+    dx, dhx, dcx = c.zeros_like(x), c.zeros_like(hx), c.zeros_like(cx)
+    cc.cudnnRNNBackwardData_v8(gpu, d, seq, yd, y, dy, xd, dx, hd, hx, dhy, dhx, hd if lstm else None,
+                               cx if lstm else None, dcy if lstm else None, dcx if lstm else None, w.nbytes, wd, ws, wsb,
+                               rs, rsb)
+    dw = c.zeros(w.nbytes, c.uint8)
+    cc.cudnnRNNBackwardWeights_v8(gpu, d, cc.CUDNN_WGRAD_MODE_ADD, seq, xd, x, hd, hx, yd, y, w.nbytes, dw, ws, wsb,
+                                  rs, rsb)
+    md, bd = cc.cudnnCreateTensorDescriptor(), cc.cudnnCreateTensorDescriptor()
+    dw_host = dw.get()
+    ours = {}
+    for key in values:
+        m, b = cc.cudnnGetRNNWeightParams(cpu, d, key[0], w.nbytes, dw_host, key[1], md, bd)
+        ours[key] = (m[0].astype(np.float64), b[0, :, 0].astype(np.float64))
+    # the real library
+    net = RealRNN(real, mode, D, L, I, H, T, lengths, dtype=dtype, math="FMA_MATH")
+    try:
+        net.load_weights(values)
+        ry, rhy, rcy = c.zeros_like(y), c.zeros_like(hx), c.zeros_like(cx)
+        net.forward(True, x, ry, hx, rhy, cx if lstm else None, rcy if lstm else None)
+        rdx, rdhx, rdcx = c.zeros_like(x), c.zeros_like(hx), c.zeros_like(cx)
+        net.backward_data(ry, dy, rdx, hx, dhy, rdhx, cx if lstm else None, dcy if lstm else None,
+                          rdcx if lstm else None)
+        rdw = c.zeros(max(net.wsize, 1), c.uint8)
+        net.backward_weights(x, ry, rdw, hx)
+        c.cuda.Device().synchronize()
+        theirs = net.read_params(rdw)
+    finally:
+        net.destroy()
+    pairs = [("dx", valid(dx, lengths), valid(rdx, lengths)), ("dhx", dhx.get(), rdhx.get())]
+    if lstm:
+        pairs.append(("dcx", dcx.get(), rdcx.get()))
+    for name, a, b in pairs:
+        assert_close(a.astype(float), b.astype(float), "fp32_approx", err_msg=f"{mode} D={D} {name} vs libcudnn")
+    for key, (m, b) in ours.items():
+        rm, rb = theirs[key]
+        assert_close(m, rm, "fp32_approx", err_msg=f"{mode} D={D} dw matrix {key} vs libcudnn")
+        assert_close(b, rb, "fp32_approx", err_msg=f"{mode} D={D} dw bias {key} vs libcudnn")
+
+
 def test_v6_api_matches_real_v8(gpu, cpu, real, rng):
     """cudnnRNNForwardInference/Training (v6 descriptor, per-step descriptors, the same params
     bytes as the v8 weight space) agree with the real v8 cudnnRNNForward."""
