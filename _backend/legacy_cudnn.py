@@ -111,6 +111,14 @@ PROTOTYPES.update({
     "cudnnDivisiveNormalizationBackward": [_vp, _vp, _int] + [_vp] * 11,
     "cudnnDeriveBNTensorDescriptor": [_vp, _vp, _int],
     "cudnnBatchNormalizationBackward": [_vp, _int] + [_vp] * 14 + [_dbl, _vp, _vp],
+    "cudnnDeriveNormTensorDescriptor": [_vp, _vp, _vp, _int, _int],
+    "cudnnGetNormalizationForwardTrainingWorkspaceSize": [_vp, _int, _int, _int] + [_vp] * 6 + [_psz, _int],
+    "cudnnGetNormalizationBackwardWorkspaceSize": [_vp, _int, _int, _int] + [_vp] * 8 + [_psz, _int],
+    "cudnnGetNormalizationTrainingReserveSpaceSize": [_vp, _int, _int, _int, _vp, _vp, _psz, _int],
+    "cudnnNormalizationForwardTraining": [_vp, _int, _int, _int] + [_vp] * 7 + [_dbl, _vp, _vp, _vp, _dbl]
+                                         + [_vp] * 8 + [_sz, _vp, _sz, _int],
+    "cudnnNormalizationForwardInference": [_vp, _int, _int, _int] + [_vp] * 15 + [_dbl, _int],
+    "cudnnNormalizationBackward": [_vp, _int, _int, _int] + [_vp] * 19 + [_dbl] + [_vp] * 5 + [_sz, _vp, _sz, _int],
 })
 # cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
 DATA_TYPE = _lib.DATA_TYPE
