@@ -120,6 +120,21 @@ PROTOTYPES.update({
     "cudnnNormalizationForwardInference": [_vp, _int, _int, _int] + [_vp] * 15 + [_dbl, _int],
     "cudnnNormalizationBackward": [_vp, _int, _int, _int] + [_vp] * 19 + [_dbl] + [_vp] * 5 + [_sz, _vp, _sz, _int],
 })
+# multi-head attention (cudnn_adv.h of cuDNN 9, deprecated but exported)
+PROTOTYPES.update({
+    "cudnnCreateAttnDescriptor": [_pvp], "cudnnDestroyAttnDescriptor": [_vp],
+    "cudnnSetAttnDescriptor": [_vp, ctypes.c_uint, _int, _dbl, _int, _int, _int, _vp, _vp] + [_int] * 11,
+    "cudnnGetMultiHeadAttnBuffers": [_vp, _vp, _psz, _psz, _psz],
+    "cudnnGetMultiHeadAttnWeights": [_vp, _vp, _int, _sz, _vp, _vp, _pvp],
+    "cudnnCreateSeqDataDescriptor": [_pvp], "cudnnDestroySeqDataDescriptor": [_vp],
+    "cudnnSetSeqDataDescriptor": [_vp, _int, _int, _pint, _pint, _sz, _pint, _vp],
+    "cudnnMultiHeadAttnForward": [_vp, _vp, _int, _pint, _pint, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
+                                  _sz, _vp, _sz, _vp, _sz, _vp],
+    "cudnnMultiHeadAttnBackwardData": [_vp, _vp, _pint, _pint, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
+                                       _vp, _vp, _sz, _vp, _sz, _vp, _sz, _vp],
+    "cudnnMultiHeadAttnBackwardWeights": [_vp, _vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp, _vp, _sz,
+                                          _vp, _sz, _vp],
+})
 # cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
 DATA_TYPE = _lib.DATA_TYPE
 TENSOR_NCHW, TENSOR_NHWC = 0, 1
