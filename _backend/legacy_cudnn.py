@@ -135,6 +135,17 @@ PROTOTYPES.update({
     "cudnnMultiHeadAttnBackwardWeights": [_vp, _vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp, _vp, _sz,
                                           _vp, _sz, _vp],
 })
+# the fused-ops API (cudnn_cnn.h of cuDNN 9): const pack attributes are pointers to the value (a descriptor
+# is passed as itself), variant pack pointers are device addresses or pointers to host scalars
+PROTOTYPES.update({
+    "cudnnCreateFusedOpsConstParamPack": [_pvp, _int], "cudnnDestroyFusedOpsConstParamPack": [_vp],
+    "cudnnSetFusedOpsConstParamPackAttribute": [_vp, _int, _vp],
+    "cudnnCreateFusedOpsVariantParamPack": [_pvp, _int], "cudnnDestroyFusedOpsVariantParamPack": [_vp],
+    "cudnnSetFusedOpsVariantParamPackAttribute": [_vp, _int, _vp],
+    "cudnnCreateFusedOpsPlan": [_pvp, _int], "cudnnDestroyFusedOpsPlan": [_vp],
+    "cudnnMakeFusedOpsPlan": [_vp, _vp, _vp, _psz],
+    "cudnnFusedOpsExecute": [_vp, _vp, _vp],
+})
 # cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
 DATA_TYPE = _lib.DATA_TYPE
 TENSOR_NCHW, TENSOR_NHWC = 0, 1

@@ -338,3 +338,108 @@ def test_normalization_matches_libcudnn(gpu, real, mode):
          None, rbwork, rbws.value, rreserve, rrs.value, 1)
     for what, a, b in (("dx", dxo, dxr), ("dscale", dso, dsr), ("dbias", dbo, dbr)):
         check(a, b, f"{mode} backward {what}")
+
+
+# -- the fused-ops API: batch-norm finalize (002 §6.2.x, Tables 27-28) ---------------------------------------
+
+FINALIZE_TRAINING = dict(BN_MODE="mode", YSTATS_DESC="desc", YSUM_PLACEHOLDER="ptr", YSQSUM_PLACEHOLDER="ptr",
+                         BN_SCALEBIAS_MEANVAR_DESC="desc", BN_SCALE_PLACEHOLDER="ptr", BN_BIAS_PLACEHOLDER="ptr",
+                         BN_SAVED_MEAN_PLACEHOLDER="ptr", BN_SAVED_INVSTD_PLACEHOLDER="ptr",
+                         BN_RUNNING_MEAN_PLACEHOLDER="ptr", BN_RUNNING_VAR_PLACEHOLDER="ptr", BN_EQSCALEBIAS_DESC="desc",
+                         BN_EQSCALE_PLACEHOLDER="ptr", BN_EQBIAS_PLACEHOLDER="ptr")
+FINALIZE_INFERENCE = {k: v for k, v in FINALIZE_TRAINING.items()
+                      if k not in ("YSTATS_DESC", "YSUM_PLACEHOLDER", "YSQSUM_PLACEHOLDER", "BN_SAVED_MEAN_PLACEHOLDER",
+                                   "BN_SAVED_INVSTD_PLACEHOLDER")}
+
+
+def _fused_real(real, ops, const: dict, ptrs: dict, scalars: dict):
+    """Make and execute a fused-ops plan on the real library; ``const``: label -> value (int or
+    descriptor), ``ptrs``: label -> device array, ``scalars``: label -> (ctypes type, value)."""
+    import cupy
+    L, keep, made = real.L, [], []
+
+    def create(kind):
+        p = ctypes.c_void_p()
+        L.call(f"cudnnCreateFusedOps{kind}", ctypes.byref(p), int(ops))
+        made.append((kind, p.value))
+        return p.value
+    cp_, vp = create("ConstParamPack"), create("VariantParamPack")
+    for label, value in const.items():
+        if label.endswith("_DESC"):
+            arg = value
+        else:
+            keep.append(ctypes.c_int(int(value)))
+            arg = ctypes.addressof(keep[-1])
+        L.call("cudnnSetFusedOpsConstParamPackAttribute", cp_, int(getattr(cc, "CUDNN_PARAM_" + label)), arg)
+    plan = create("Plan")
+    ws = ctypes.c_size_t()
+    L.call("cudnnMakeFusedOpsPlan", real.h.ptr, plan, cp_, ctypes.byref(ws))
+    work = cupy.zeros(max(ws.value, 1), cupy.uint8)
+    for label, arr in ptrs.items():
+        L.call("cudnnSetFusedOpsVariantParamPackAttribute", vp, int(getattr(cc, "CUDNN_PTR_" + label)), arr.data.ptr)
+    scalars = dict(scalars, SIZE_T_WORKSPACE_SIZE_IN_BYTES=(ctypes.c_size_t, ws.value))
+    for label, (ctype, value) in scalars.items():
+        keep.append(ctype(value))
+        L.call("cudnnSetFusedOpsVariantParamPackAttribute", vp, int(getattr(cc, "CUDNN_SCALAR_" + label)),
+               ctypes.addressof(keep[-1]))
+    if ws.value:
+        L.call("cudnnSetFusedOpsVariantParamPackAttribute", vp, int(cc.CUDNN_PTR_WORKSPACE), work.data.ptr)
+    cupy.cuda.runtime.deviceSynchronize()
+    L.call("cudnnFusedOpsExecute", real.h.ptr, plan, vp)
+    cupy.cuda.runtime.deviceSynchronize()
+    for kind, p in reversed(made):
+        L.call(f"cudnnDestroyFusedOps{kind}", p)
+
+
+def _fused_ours(h, ops, const: dict, ptrs: dict, scalars: dict):
+    import cupy
+    cp_ = cc.cudnnCreateFusedOpsConstParamPack(ops)
+    for label, value in const.items():
+        cc.cudnnSetFusedOpsConstParamPackAttribute(cp_, getattr(cc, "CUDNN_PARAM_" + label), value)
+    plan = cc.cudnnCreateFusedOpsPlan(ops)
+    ws = cc.cudnnMakeFusedOpsPlan(h, plan, cp_)
+    vp = cc.cudnnCreateFusedOpsVariantParamPack(ops)
+    for label, arr in ptrs.items():
+        cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, getattr(cc, "CUDNN_PTR_" + label), arr)
+    for label, (_, value) in scalars.items():
+        cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, getattr(cc, "CUDNN_SCALAR_" + label), value)
+    cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_SCALAR_SIZE_T_WORKSPACE_SIZE_IN_BYTES, ws)
+    if ws:
+        cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_PTR_WORKSPACE, cupy.zeros(ws, cupy.uint8))
+    cc.cudnnFusedOpsExecute(h, plan, vp)
+    for d, destroy in ((vp, cc.cudnnDestroyFusedOpsVariantParamPack), (plan, cc.cudnnDestroyFusedOpsPlan),
+                       (cp_, cc.cudnnDestroyFusedOpsConstParamPack)):
+        destroy(d)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
+def test_fused_bn_finalize_matches_libcudnn(gpu, real, training):
+    """CUDNN_FUSED_BN_FINALIZE_STATISTICS_TRAINING / _INFERENCE through cudnnFusedOpsExecute on both sides:
+    eqScale, eqBias, saved mean and inverse std, running statistics (float32 per channel)."""
+    c, m = 16, 40
+    ops = cc.CUDNN_FUSED_BN_FINALIZE_STATISTICS_TRAINING if training else cc.CUDNN_FUSED_BN_FINALIZE_STATISTICS_INFERENCE
+    labels = FINALIZE_TRAINING if training else FINALIZE_INFERENCE
+    ps = (1, c, 1, 1)
+    pd, rpd = tdesc(ps), real.t(ps)
+    rows = np.random.default_rng(45).standard_normal((m, c)) * 2 + 1
+    inputs = dict(YSUM=rows.sum(0), YSQSUM=(rows ** 2).sum(0), BN_SCALE=data(ps, 46, 0.5, 1.5).get(),
+                  BN_BIAS=data(ps, 47).get(), BN_RUNNING_MEAN=data(ps, 48).get(),
+                  BN_RUNNING_VAR=data(ps, 49, 0.5, 2.0).get(), BN_SAVED_MEAN=np.zeros(c), BN_SAVED_INVSTD=np.zeros(c),
+                  BN_EQSCALE=np.zeros(c), BN_EQBIAS=np.zeros(c))
+    names = [k[:-len("_PLACEHOLDER")] for k in labels if k.endswith("_PLACEHOLDER")]
+    scalars = {"DOUBLE_BN_EPSILON": (ctypes.c_double, 1e-4)}
+    if training:
+        scalars.update(INT64_T_BN_ACCUMULATION_COUNT=(ctypes.c_int64, m), DOUBLE_BN_EXP_AVG_FACTOR=(ctypes.c_double, 0.3))
+    bufs = {}
+    for side, desc in (("ours", pd), ("real", rpd)):
+        import cupy
+        ptrs = {n: cupy.asarray(np.asarray(inputs[n], np.float32).reshape(-1)) for n in names}
+        const = {k: (desc if v == "desc" else cc.CUDNN_BATCHNORM_SPATIAL if v == "mode" else cc.CUDNN_PTR_ELEM_ALIGNED)
+                 for k, v in labels.items()}
+        if side == "ours":
+            _fused_ours(gpu, ops, const, ptrs, scalars)
+        else:
+            _fused_real(real, ops, const, ptrs, scalars)
+        bufs[side] = ptrs
+    for n in names:
+        check(bufs["ours"][n], bufs["real"][n], f"fused BN finalize {'training' if training else 'inference'} {n}")
