@@ -20,6 +20,7 @@ import pytest
 import cudnn_compat as cc
 from _tolerance import assert_close
 from conftest import tdesc
+from test_fused_ops import execute
 
 pytestmark = pytest.mark.gpu
 
@@ -391,27 +392,6 @@ def _fused_real(real, ops, const: dict, ptrs: dict, scalars: dict):
         L.call(f"cudnnDestroyFusedOps{kind}", p)
 
 
-def _fused_ours(h, ops, const: dict, ptrs: dict, scalars: dict):
-    import cupy
-    cp_ = cc.cudnnCreateFusedOpsConstParamPack(ops)
-    for label, value in const.items():
-        cc.cudnnSetFusedOpsConstParamPackAttribute(cp_, getattr(cc, "CUDNN_PARAM_" + label), value)
-    plan = cc.cudnnCreateFusedOpsPlan(ops)
-    ws = cc.cudnnMakeFusedOpsPlan(h, plan, cp_)
-    vp = cc.cudnnCreateFusedOpsVariantParamPack(ops)
-    for label, arr in ptrs.items():
-        cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, getattr(cc, "CUDNN_PTR_" + label), arr)
-    for label, (_, value) in scalars.items():
-        cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, getattr(cc, "CUDNN_SCALAR_" + label), value)
-    cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_SCALAR_SIZE_T_WORKSPACE_SIZE_IN_BYTES, ws)
-    if ws:
-        cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_PTR_WORKSPACE, cupy.zeros(ws, cupy.uint8))
-    cc.cudnnFusedOpsExecute(h, plan, vp)
-    for d, destroy in ((vp, cc.cudnnDestroyFusedOpsVariantParamPack), (plan, cc.cudnnDestroyFusedOpsPlan),
-                       (cp_, cc.cudnnDestroyFusedOpsConstParamPack)):
-        destroy(d)
-
-
 @pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
 def test_fused_bn_finalize_matches_libcudnn(gpu, real, training):
     """CUDNN_FUSED_BN_FINALIZE_STATISTICS_TRAINING / _INFERENCE through cudnnFusedOpsExecute on both sides:
@@ -437,7 +417,7 @@ def test_fused_bn_finalize_matches_libcudnn(gpu, real, training):
         const = {k: (desc if v == "desc" else cc.CUDNN_BATCHNORM_SPATIAL if v == "mode" else cc.CUDNN_PTR_ELEM_ALIGNED)
                  for k, v in labels.items()}
         if side == "ours":
-            _fused_ours(gpu, ops, const, ptrs, scalars)
+            execute(gpu, ops, const, ptrs, {k: v for k, (_, v) in scalars.items()}, xp=cupy)
         else:
             _fused_real(real, ops, const, ptrs, scalars)
         bufs[side] = ptrs
