@@ -81,6 +81,9 @@ PROTOTYPES.update({
     "cudnnDropoutGetStatesSize": [_vp, _psz],
     "cudnnSetDropoutDescriptor": [_vp, _vp, _f32, _vp, _sz, _ull],
     "cudnnGetTensorNdDescriptor": [_vp, _int, _pint, _pint, _pint, _pint],
+    "cudnnRNNBackwardData_v8": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp,
+                                _sz, _vp, _sz, _vp],
+    "cudnnRNNBackwardWeights_v8": [_vp, _vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp, _sz, _vp, _sz, _vp],
 })
 # CTC loss and the spatial-transformer sampler (cudnn_adv.h / cudnn_cnn.h of cuDNN 9)
 PROTOTYPES.update({
@@ -92,6 +95,56 @@ PROTOTYPES.update({
     "cudnnSetSpatialTransformerNdDescriptor": [_vp, _int, _int, _int, _pint],
     "cudnnSpatialTfSamplerForward": [_vp] * 9,
     "cudnnSpatialTfSamplerBackward": [_vp] * 14,
+})
+# backward passes and normalizations of cudnn_ops.h (cuDNN 9 still exports them): the GPU tests' oracle
+_BWD12 = [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp]
+PROTOTYPES.update({
+    "cudnnActivationBackward": _BWD12,
+    "cudnnSetActivationDescriptorSwishBeta": [_vp, _dbl],
+    "cudnnPoolingBackward": _BWD12,
+    "cudnnSoftmaxBackward": [_vp, _int, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp],
+    "cudnnCreateLRNDescriptor": [_pvp], "cudnnDestroyLRNDescriptor": [_vp],
+    "cudnnSetLRNDescriptor": [_vp, ctypes.c_uint, _dbl, _dbl, _dbl],
+    "cudnnLRNCrossChannelForward": [_vp, _vp, _int, _vp, _vp, _vp, _vp, _vp, _vp],
+    "cudnnLRNCrossChannelBackward": [_vp, _vp, _int] + [_vp] * 10,
+    "cudnnDivisiveNormalizationForward": [_vp, _vp, _int] + [_vp] * 9,
+    "cudnnDivisiveNormalizationBackward": [_vp, _vp, _int] + [_vp] * 11,
+    "cudnnDeriveBNTensorDescriptor": [_vp, _vp, _int],
+    "cudnnBatchNormalizationBackward": [_vp, _int] + [_vp] * 14 + [_dbl, _vp, _vp],
+    "cudnnDeriveNormTensorDescriptor": [_vp, _vp, _vp, _int, _int],
+    "cudnnGetNormalizationForwardTrainingWorkspaceSize": [_vp, _int, _int, _int] + [_vp] * 6 + [_psz, _int],
+    "cudnnGetNormalizationBackwardWorkspaceSize": [_vp, _int, _int, _int] + [_vp] * 8 + [_psz, _int],
+    "cudnnGetNormalizationTrainingReserveSpaceSize": [_vp, _int, _int, _int, _vp, _vp, _psz, _int],
+    "cudnnNormalizationForwardTraining": [_vp, _int, _int, _int] + [_vp] * 7 + [_dbl, _vp, _vp, _vp, _dbl]
+                                         + [_vp] * 8 + [_sz, _vp, _sz, _int],
+    "cudnnNormalizationForwardInference": [_vp, _int, _int, _int] + [_vp] * 15 + [_dbl, _int],
+    "cudnnNormalizationBackward": [_vp, _int, _int, _int] + [_vp] * 19 + [_dbl] + [_vp] * 5 + [_sz, _vp, _sz, _int],
+})
+# multi-head attention (cudnn_adv.h of cuDNN 9, deprecated but exported)
+PROTOTYPES.update({
+    "cudnnCreateAttnDescriptor": [_pvp], "cudnnDestroyAttnDescriptor": [_vp],
+    "cudnnSetAttnDescriptor": [_vp, ctypes.c_uint, _int, _dbl, _int, _int, _int, _vp, _vp] + [_int] * 11,
+    "cudnnGetMultiHeadAttnBuffers": [_vp, _vp, _psz, _psz, _psz],
+    "cudnnGetMultiHeadAttnWeights": [_vp, _vp, _int, _sz, _vp, _vp, _pvp],
+    "cudnnCreateSeqDataDescriptor": [_pvp], "cudnnDestroySeqDataDescriptor": [_vp],
+    "cudnnSetSeqDataDescriptor": [_vp, _int, _int, _pint, _pint, _sz, _pint, _vp],
+    "cudnnMultiHeadAttnForward": [_vp, _vp, _int, _pint, _pint, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
+                                  _sz, _vp, _sz, _vp, _sz, _vp],
+    "cudnnMultiHeadAttnBackwardData": [_vp, _vp, _pint, _pint, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
+                                       _vp, _vp, _sz, _vp, _sz, _vp, _sz, _vp],
+    "cudnnMultiHeadAttnBackwardWeights": [_vp, _vp, _int, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp, _vp, _sz,
+                                          _vp, _sz, _vp],
+})
+# the fused-ops API (cudnn_cnn.h of cuDNN 9): const pack attributes are pointers to the value (a descriptor
+# is passed as itself), variant pack pointers are device addresses or pointers to host scalars
+PROTOTYPES.update({
+    "cudnnCreateFusedOpsConstParamPack": [_pvp, _int], "cudnnDestroyFusedOpsConstParamPack": [_vp],
+    "cudnnSetFusedOpsConstParamPackAttribute": [_vp, _int, _vp],
+    "cudnnCreateFusedOpsVariantParamPack": [_pvp, _int], "cudnnDestroyFusedOpsVariantParamPack": [_vp],
+    "cudnnSetFusedOpsVariantParamPackAttribute": [_vp, _int, _vp],
+    "cudnnCreateFusedOpsPlan": [_pvp, _int], "cudnnDestroyFusedOpsPlan": [_vp],
+    "cudnnMakeFusedOpsPlan": [_vp, _vp, _vp, _psz],
+    "cudnnFusedOpsExecute": [_vp, _vp, _vp],
 })
 # cudnnDataType_t of IR dtype names (identical in cuDNN 8 and 9)
 DATA_TYPE = _lib.DATA_TYPE
@@ -200,6 +253,12 @@ class Descs:
         self._made.append(("Pooling", d))
         call("cudnnSetPoolingNdDescriptor", d, int(mode), int(propagate_nan), len(window), _ints(window),
              _ints(pad), _ints(stride))
+        return d
+
+    def lrn(self, n: int, alpha: float, beta: float, k: float) -> int:
+        d = _create("LRN")
+        self._made.append(("LRN", d))
+        call("cudnnSetLRNDescriptor", d, int(n), float(alpha), float(beta), float(k))
         return d
 
     def op_tensor(self, op: int, compute: str = "float32", propagate_nan: bool = False) -> int:

@@ -21,6 +21,7 @@ GATES = {"RELU": 1, "TANH": 1, "LSTM": 4, "GRU": 3}
 BIAS = {"NONE": 0, "INP": 1, "DOUBLE": 2, "REC": 3}
 LAYOUT = {"SEQ": 0, "PACKED": 1, "BATCH": 2}
 FWD_INFERENCE, FWD_TRAINING = 0, 1
+WGRAD_ADD = 0  # cudnnWgradMode_t CUDNN_WGRAD_MODE_ADD
 ALGO_STANDARD, LINEAR_INPUT, PADDED_IO_ENABLED = 0, 0, 1
 
 
@@ -122,6 +123,38 @@ class RealRNN:
                _ptr(self.dev_lengths), self.xd, _ptr(x), self.yd, _ptr(y), self.hd, _ptr(hx), _ptr(hy), self.cd,
                _ptr(cx), _ptr(cy), self.wsize, _ptr(self.weights), ws, _ptr(self.work), rs if training else 0,
                _ptr(self.reserve) if training else None)
+
+    def backward_data(self, y, dy, dx, hx=None, dhy=None, dhx=None, cx=None, dcy=None, dcx=None) -> None:
+        """cudnnRNNBackwardData_v8 (002 §8.2.18) after ``forward(True, ...)`` (its reserve space)."""
+        ws, rs = self.sizes["training"]
+        L.call("cudnnRNNBackwardData_v8", self.handle, self.rnn, _ptr(self.dev_lengths), self.yd, _ptr(y), _ptr(dy),
+               self.xd, _ptr(dx), self.hd, _ptr(hx), _ptr(dhy), _ptr(dhx), self.cd, _ptr(cx), _ptr(dcy), _ptr(dcx),
+               self.wsize, _ptr(self.weights), ws, _ptr(self.work), rs, _ptr(self.reserve))
+
+    def backward_weights(self, x, y, dweights, hx=None) -> None:
+        """cudnnRNNBackwardWeights_v8 (002 §8.2.21), CUDNN_WGRAD_MODE_ADD into ``dweights`` (wsize bytes),
+        after ``backward_data``."""
+        ws, rs = self.sizes["training"]
+        L.call("cudnnRNNBackwardWeights_v8", self.handle, self.rnn, WGRAD_ADD, _ptr(self.dev_lengths), self.xd,
+               _ptr(x), self.hd, _ptr(hx), self.yd, _ptr(y), self.wsize, _ptr(dweights), ws, _ptr(self.work), rs,
+               _ptr(self.reserve))
+
+    def read_params(self, space) -> dict:
+        """``{(pseudo, lin): (matrix, bias)}`` as host arrays, read from ``space`` (a CuPy uint8 buffer in this
+        network's weight-space layout: the weights or their gradients) at cudnnGetRNNWeightParams' offsets."""
+        st = np.dtype({"float16": np.float16, "float32": np.float32, "float64": np.float64}[self.dtype])
+        base, out = _ptr(self.weights), {}
+        for p in range(self.L * self.D):
+            for lin in range(2 * GATES[self.mode]):
+                parts = []
+                for i, got in enumerate(self.weight_params(p, lin)):  # matrix [rows, cols], bias [rows]
+                    if got is None:
+                        parts.append(None)
+                        continue
+                    off, n = got[0] - base, int(np.prod(got[1])) * st.itemsize
+                    parts.append(space[off:off + n].view(st).get().reshape(got[1][-2:] if i == 0 else (-1,)))
+                out[(p, lin)] = tuple(parts)
+        return out
 
     def destroy(self) -> None:
         for kind, p in reversed(self._own):

@@ -7,7 +7,9 @@ process, with the outcome counts per legacy function and the total.
 ``--examples`` is the total over all properties (split by the weights in tests/test_fuzz.py, the
 same split CUDNN_COMPAT_FUZZ_EXAMPLES gives under pytest); the examples are random (not the
 derandomized CI set).  Exit status 1 when any property found a failure; its falsifying example
-(with hypothesis' reproduce blob) is printed.
+(with hypothesis' reproduce blob) is printed.  A failure includes a valid call refused without a rule
+the property may hit, and a share of calls reaching the oracle under the property's floor
+(``FLOORS`` of tests/test_fuzz.py; the ``oracle`` column shows each share).
 """
 from __future__ import annotations
 
@@ -74,14 +76,16 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - t0
 
     statuses = sorted({k for r in results for k in r["counts"] if k.startswith("CUDNN_STATUS_") or k == "ok"})
-    print(f"{'property':40s} {'examples':>9s} {'secs':>7s}  " + "  ".join(s.replace("CUDNN_STATUS_", "") for s in statuses))
+    print(f"{'property':40s} {'examples':>9s} {'secs':>7s} {'oracle':>7s}  "
+          + "  ".join(s.replace("CUDNN_STATUS_", "") for s in statuses))
     total = 0
     for r in results:
         n = examples_of(r)
         total += n
         cells = "  ".join(f"{r['counts'].get(s, 0):>{len(s.replace('CUDNN_STATUS_', ''))}d}" for s in statuses)
         flag = "  FAILED" if r["failure"] else ""
-        print(f"{r['property']:40s} {n:9d} {r['seconds']:7.1f}  {cells}{flag}")
+        share = f"{r['counts'].get('oracle', 0) / n:7.0%}" if n and "examples" not in r["counts"] else f"{'':7s}"
+        print(f"{r['property']:40s} {n:9d} {r['seconds']:7.1f} {share}  {cells}{flag}")
     failed = [r for r in results if r["failure"]]
     print(f"\ntotal examples: {total} in {wall:.0f} s wall ({args.jobs} jobs, {args.place} place); "
           f"properties failed: {len(failed)}")

@@ -1,4 +1,5 @@
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,14 +14,37 @@ import cudnn_compat as cc
 from cudnn_compat._core.place import gpu_reason
 
 
+def gpu_machine() -> "str | None":
+    """What says this machine has an NVIDIA GPU (the driver's device node or nvidia-smi), or None."""
+    if os.path.exists("/dev/nvidia0"):
+        return "/dev/nvidia0 exists"
+    if shutil.which("nvidia-smi"):
+        return "nvidia-smi is on PATH"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests skip where there is no GPU; on a machine that has one but where CuPy cannot
+    import or see it, they fail (a broken install must not pass a GPU run with exit 0)."""
     reason = gpu_reason()
     if reason:
-        skip = pytest.mark.skip(reason=f"gpu test: {reason}")
+        where = gpu_machine()
+        mark = (pytest.mark.gpu_broken(reason=f"{where} but {reason}") if where
+                else pytest.mark.skip(reason=f"gpu test: {reason}"))
         for item in items:
             if "gpu" in item.keywords:
-                item.add_marker(skip)
+                item.add_marker(mark)
     _skip_multigpu(items, reason)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu_broken(reason): set by conftest on a GPU machine whose CuPy is broken")
+
+
+def pytest_runtest_setup(item):
+    broken = item.get_closest_marker("gpu_broken")
+    if broken is not None:
+        pytest.fail(f"GPU machine ({broken.kwargs['reason']}): the GPU tests cannot run", pytrace=False)
 
 
 def _skip_multigpu(items, reason) -> None:
@@ -36,6 +60,28 @@ def _skip_multigpu(items, reason) -> None:
         skip = pytest.mark.skip(reason=f"multigpu test (needs 2 GPUs): {reason}")
         for item in marked:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def legacy_cudnn():
+    """``_backend.legacy_cudnn``, loaded: the real legacy libcudnn of GPU tests.  Skips only when
+    libcudnn 9 is absent (``CudnnUnavailable``); anything else (a missing symbol, a wrong
+    prototype) is an error that fails the test."""
+    from cudnn_compat._backend import legacy_cudnn as L
+    from cudnn_compat._backend.engines.cudnn_engine.lib import CudnnUnavailable
+    try:
+        L.load()
+    except CudnnUnavailable as e:
+        pytest.skip(f"the real libcudnn 9 is absent: {e}")
+    return L
+
+
+@pytest.fixture(scope="session")
+def legacy_handle(legacy_cudnn):
+    """A real cudnnHandle_t (``legacy_cudnn.Handle``) shared by the session."""
+    h = legacy_cudnn.Handle()
+    yield h
+    h.destroy()
 
 
 @pytest.fixture

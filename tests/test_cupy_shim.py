@@ -865,15 +865,6 @@ def test_add_tensor_and_op_tensor_with_pointers(cpu_place, rng):
 
 # -- GPU: CuPy arrays through the shim --------------------------------------------------------------------
 
-def _legacy_or_skip():
-    from cudnn_compat._backend import legacy_cudnn
-    try:
-        legacy_cudnn.load()
-    except Exception as e:  # noqa: BLE001 - no usable libcudnn here
-        pytest.skip(f"the real legacy libcudnn is not loadable: {e}")
-    return legacy_cudnn
-
-
 @pytest.mark.gpu
 def test_gpu_low_level_calls_with_device_pointers_match_direct_calls(shimmed, rng):
     import cupy
@@ -923,9 +914,9 @@ def _conv_descs_via(low, dt, x_shape, w_shape, pad):
 
 
 @pytest.mark.gpu
-def test_gpu_low_level_matches_the_real_legacy_libcudnn(shimmed, rng):
+def test_gpu_low_level_matches_the_real_legacy_libcudnn(shimmed, rng, legacy_cudnn):
     import cupy
-    Lg = _legacy_or_skip()
+    Lg = legacy_cudnn
     low = importlib.import_module("cupy.cuda.cudnn")
     h = low.create()
     xd, wd, cd, yd, y_shape = _conv_descs_via(low, low.CUDNN_DATA_FLOAT, (2, 4, 7, 7), (5, 4, 3, 3), 1)

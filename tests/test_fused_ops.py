@@ -76,9 +76,9 @@ def const_pack(ops, settings: dict):
     return cp
 
 
-def execute(handle, ops, settings: dict, pointers: dict, scalars=None):
+def execute(handle, ops, settings: dict, pointers: dict, scalars=None, xp=np):
     """Make a plan for ``settings`` and run it on ``pointers`` (label suffix -> array); returns the
-    workspace size the plan asked for."""
+    workspace size the plan asked for (the workspace is an ``xp`` array: CuPy on a GPU handle)."""
     cp = const_pack(ops, settings)
     plan = cc.cudnnCreateFusedOpsPlan(ops)
     ws = cc.cudnnMakeFusedOpsPlan(handle, plan, cp)
@@ -89,7 +89,7 @@ def execute(handle, ops, settings: dict, pointers: dict, scalars=None):
         cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, getattr(cc, "CUDNN_SCALAR_" + label), value)
     cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_SCALAR_SIZE_T_WORKSPACE_SIZE_IN_BYTES, ws)
     if ws:
-        cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_PTR_WORKSPACE, np.zeros(ws, np.uint8))
+        cc.cudnnSetFusedOpsVariantParamPackAttribute(vp, cc.CUDNN_PTR_WORKSPACE, xp.zeros(ws, np.uint8))
     cc.cudnnFusedOpsExecute(handle, plan, vp)
     for d, destroy in ((vp, cc.cudnnDestroyFusedOpsVariantParamPack), (plan, cc.cudnnDestroyFusedOpsPlan),
                        (cp, cc.cudnnDestroyFusedOpsConstParamPack)):

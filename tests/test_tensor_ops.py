@@ -600,14 +600,10 @@ def test_transform_tensor_errors_write_nothing(handle):
 
 # -- GPU: each GPU engine against the CPU reference and the real libcudnn ----------------------
 
-def _libcudnn():
-    """(ctypes lib, handle pointer) of the real libcudnn, or skip."""
+def _libcudnn(L):
+    """(ctypes lib, handle pointer) of the real libcudnn (``L``: conftest's ``legacy_cudnn``)."""
     import ctypes
-    try:
-        from cudnn_compat._backend import legacy_cudnn as L
-        lib = L.load()
-    except Exception as e:  # no libcudnn 9 here
-        pytest.skip(f"real libcudnn not loadable: {e}")
+    lib = L.load()
     h = ctypes.c_void_p()
     assert lib.cudnnCreate(ctypes.byref(h)) == 0
     return lib, h
@@ -624,10 +620,10 @@ def _real_tensor(lib, shape, dt=F, strides=None):
 
 
 @pytest.mark.gpu
-def test_gpu_tensor_ops_match_reference_and_libcudnn(rng):
+def test_gpu_tensor_ops_match_reference_and_libcudnn(rng, legacy_cudnn):
     import ctypes
     import cupy
-    lib, rh = _libcudnn()
+    lib, rh = _libcudnn(legacy_cudnn)
     V, fl = ctypes.c_void_p, lambda v: ctypes.byref(ctypes.c_float(v))
     gh, ch = cc.create("gpu"), cc.create("cpu")
     shape, bshape = (2, 3, 4, 5), (1, 3, 1, 5)
