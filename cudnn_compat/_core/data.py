@@ -406,6 +406,25 @@ def preflight(handle, items) -> list:
     return out
 
 
+def buffer_at(handle, data, argname: str, need: int, offset: int, dims: tuple, dtype: str):
+    """The block ``offset`` bytes into a caller's buffer (the weight-space queries: RNN weight
+    params, attention weights), after ``preflight``'s checks of the buffer (untyped, ``need``
+    bytes, the forms and errors of every data argument).  In the form the caller passed: a ctypes
+    pointer gives a ``ctypes.c_void_p``, a device pointer int an int, an array (or any buffer
+    object) a view of ``dims`` elements of ``dtype`` (an IR dtype name)."""
+    checked, = preflight(handle, [(data, (None, int(need)), argname, False)])
+    addr = raw_address(data)
+    if addr is not None:
+        return ctypes.c_void_p(addr + offset)
+    if type(checked) is int:
+        return checked + offset
+    storage = dtypes.storage_dtype(dtype)
+    n = storage.itemsize
+    for d in dims:
+        n *= int(d)
+    return checked[offset:offset + n].view(storage).reshape(dims)
+
+
 def workspace_arg(place: str, workspace, argname: str = "workSpace"):
     """An untyped workspace handed to an engine: NULL (None, 0) as is, else checked like data
     (library objects, CPU-place ints, non-buffers are BAD_PARAM); c_void_p becomes an int on
@@ -568,20 +587,42 @@ def _number(value, argname: str) -> float:
         raise bad_param(argname, f"{value!r} is not representable as a double") from None
 
 
+# An integer of this magnitude where C takes a pointer to one number is a host address typed as
+# an int (``a.ctypes.data``), never a sensible alpha, beta or fill value (issue 23 item 1).
+HOST_ADDRESS_MIN = 2 ** 31
+
+
+def host_address_int(value, argname: str, how: str = ""):
+    """BAD_PARAM for an int that looks like a host address where a value goes: names the
+    argument and says how a pointer is passed (``how`` overrides the ways listed)."""
+    if not -2 ** 64 < value < 2 ** 64:  # beyond any address: too large for an int scaling value
+        return bad_param(argname, f"is the int {value}, out of range for a value given as an int (|value| >= 2^31 "
+                                  f"looks like a host address); pass a float")
+    how = how or ("pass the number itself, a host pointer as ctypes.c_void_p(addr) or ctypes.byref(c_value), "
+                  "or the 0-d array itself (a, not a.ctypes.data)")
+    return bad_param(argname, f"is the int {value}, which looks like a host address, not a value "
+                              f"(|value| >= 2^31); {how}")
+
+
 def scalar(value, argname: str, double: bool = False) -> float:
     """alpha/beta and other host scalars: a Python number or NumPy scalar is the value; a NumPy
     (or ctypes) array of one element holds it; a ctypes pointer points to a float (a double when
-    ``double``), read as C would.  BAD_PARAM for NULL, library objects and anything else."""
+    ``double``), read as C would.  BAD_PARAM for NULL, library objects, an int of magnitude
+    2^31 or more (a host address typed as an int) and anything else."""
     t = type(value)
     if t is float:
         return value
     if t is int:
-        return _number(value, argname)
+        if -HOST_ADDRESS_MIN < value < HOST_ADDRESS_MIN:  # the one compare a value costs
+            return float(value)
+        raise host_address_int(value, argname)
     if value is None:
         raise bad_param(argname, "is NULL")
     if isinstance(value, numbers.Real):  # bool, NumPy scalars, int subclasses
         if isinstance(value, Descriptor):  # descriptors and handles are ints: never a value, never an address
             raise _not_data(value, argname, "a scalar")
+        if isinstance(value, numbers.Integral) and not -HOST_ADDRESS_MIN < value < HOST_ADDRESS_MIN:
+            raise host_address_int(value, argname)
         return _number(value, argname)
     if isinstance(value, np.ndarray):
         if value.size == 1 and value.dtype.kind in "biuf":  # rule: a real number
@@ -593,7 +634,7 @@ def scalar(value, argname: str, double: bool = False) -> float:
         ctype = ctypes.c_double if double else ctypes.c_float
         return float(ctype.from_address(addr).value)
     if isinstance(value, ctypes._SimpleCData) and isinstance(value.value, (int, float)):
-        return _number(value.value, argname)  # c_float(2.0), c_double(...): the value it holds
+        return scalar(value.value, argname)  # c_float(2.0), c_double(...): the value it holds
     if isinstance(value, ctypes.Array):
         return scalar(np.asarray(memoryview(value)), argname, double)
     if library_object(value):
