@@ -114,6 +114,40 @@ def layout(tensor) -> tuple:
     return spec
 
 
+# -- which `void *` parameter is what -------------------------------------------------------------
+# The signature table (_core/signatures.py) calls every `void *` parameter "pointer"; these say which
+# are not data buffers (bound by ``bind`` / ``preflight`` / ``buffer_at`` with one set of forms and
+# errors).  tests/test_data_params.py walks every pointer parameter of every registered function by
+# this table.  Pointers to one number (002 "Scaling Parameters", fill values), read by ``scalar``:
+SCALAR_PARAMS = frozenset({"alpha", "beta", "alpha1", "alpha2", "alphaDataDiff", "betaDataDiff", "alphaParamDiff",
+                           "betaParamDiff", "alphaDgrid", "betaDgrid", "paddingFill", "valuePtr"})
+# (function, C parameter) -> role, for the pointers that are neither scalars nor data buffers
+OTHER_POINTERS = {
+    **{(f, p): "host ints" for f, p in (  # host int arrays (tools/gen_signatures.py DATA_ARRAYS)
+        ("cudnnCTCLoss", "hostLabels"), ("cudnnCTCLoss", "hostLabelLengths"), ("cudnnCTCLoss", "hostInputLengths"),
+        ("cudnnCTCLoss_v8", "labels"), ("cudnnCTCLoss_v8", "labelLengths"), ("cudnnCTCLoss_v8", "inputLengths"),
+        ("cudnnGetCTCLossWorkspaceSize", "labels"), ("cudnnGetCTCLossWorkspaceSize", "labelLengths"),
+        ("cudnnGetCTCLossWorkspaceSize", "inputLengths"), ("cudnnMultiHeadAttnForward", "loWinIdx"),
+        ("cudnnMultiHeadAttnForward", "hiWinIdx"), ("cudnnMultiHeadAttnBackwardData", "loWinIdx"),
+        ("cudnnMultiHeadAttnBackwardData", "hiWinIdx"), ("cudnnSetSeqDataDescriptor", "seqLengthArray"))},
+    ("cudnnSaveAlgorithm", "algoSpace"): "host bytes", ("cudnnRestoreAlgorithm", "algoSpace"): "host bytes",
+    # typed by another argument: attributeType (VOID_PTR data pointers are bound at cudnnBackendExecute),
+    # the fused-ops label (pointers bound at cudnnFusedOpsExecute, scalars read by ``scalar``)
+    ("cudnnBackendSetAttribute", "arrayOfElements"): "typed", ("cudnnBackendGetAttribute", "arrayOfElements"): "typed",
+    ("cudnnSetFusedOpsConstParamPackAttribute", "param"): "typed",
+    ("cudnnGetFusedOpsConstParamPackAttribute", "param"): "typed",
+    ("cudnnSetFusedOpsVariantParamPackAttribute", "ptr"): "typed",
+    ("cudnnSetCallback", "udata"): "opaque",  # handed back to the caller's callback, never read
+}
+
+
+def pointer_role(c_name: str, c_param: str) -> str:
+    """'scalar', 'data' (a buffer), or the OTHER_POINTERS role of a `void *` parameter."""
+    if c_param in SCALAR_PARAMS:
+        return "scalar"
+    return OTHER_POINTERS.get((c_name, c_param), "data")
+
+
 # -- what an argument is --------------------------------------------------------------------------
 
 _CARG = type(ctypes.byref(ctypes.c_int()))  # what ctypes.byref() returns
@@ -163,6 +197,24 @@ def _checked_address(addr: int, argname: str, what: str = "host") -> int:
     return addr
 
 
+def _bf16_bits(data):
+    """A torch bfloat16 tensor as an int16 tensor over the same memory (DLPack and the array
+    interfaces have no bfloat16), else None; torch is never imported here."""
+    torch = type(data).__module__.startswith("torch") and __import__("sys").modules.get("torch")
+    if torch and getattr(data, "dtype", None) is torch.bfloat16 and hasattr(data, "view"):
+        return data.view(torch.int16)
+    return None
+
+
+def _bf16_dtype() -> np.dtype:
+    """ml_dtypes.bfloat16 where it is installed (messages then say bfloat16), else the uint16 bits."""
+    try:
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        return np.dtype(np.uint16)
+
+
 def _host_source(data, argname: str) -> "np.ndarray | int":
     """The caller's CPU-place buffer as a NumPy array over its memory, or the address a raw
     ctypes pointer holds.  BAD_PARAM for NULL, library objects, plain ints and non-buffers."""
@@ -188,7 +240,8 @@ def _host_source(data, argname: str) -> "np.ndarray | int":
         if hasattr(data, "__array_interface__"):
             return np.asarray(data)
         if hasattr(data, "__dlpack__"):  # torch / JAX CPU tensors: a view of the same memory
-            return np.from_dlpack(data)
+            bits = _bf16_bits(data)  # torch bfloat16: DLPack cannot export it; its bits can
+            return np.from_dlpack(data) if bits is None else np.from_dlpack(bits).view(_bf16_dtype())
         return np.asarray(memoryview(data))
     except Exception as e:  # noqa: BLE001 - anything that is not a readable buffer is a bad argument
         why = f" (DLPack export failed: {type(e).__name__}: {e})" if hasattr(data, "__dlpack__") else ""
@@ -290,6 +343,10 @@ def _device_source(data, argname: str, written: bool):
     addr = raw_address(data)
     if addr is not None:
         return _checked_address(addr, argname, "device"), None, None, None
+    bits = _bf16_bits(data)
+    if bits is not None:  # a torch bfloat16 tensor: no array interface exports it; its bits as BFLOAT16 data
+        ptr, _dt, nbytes, _owner = _device_source(bits, argname, written)
+        return ptr, _bf16_dtype(), nbytes, bits
     if hasattr(data, "__cuda_array_interface__"):
         ptr, dt, nbytes, contiguous, readonly = _cai_info(data.__cuda_array_interface__)
         if not contiguous:
@@ -551,7 +608,7 @@ def address(data) -> "int | None":
         return int(iface["data"][0])
     if hasattr(data, "__dlpack__") and not library_object(data):  # a host DLPack tensor (torch/JAX on the CPU)
         try:
-            return int(np.from_dlpack(data).__array_interface__["data"][0])
+            return int(np.from_dlpack(_bf16_bits(data) or data).__array_interface__["data"][0])
         except Exception:  # noqa: BLE001 - device memory, or not exportable: cannot be told
             return None
     return None
