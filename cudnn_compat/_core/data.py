@@ -169,11 +169,18 @@ def _not_data(value, argname: str, expected: str):
     return bad_param(argname, f"is {_what(value)}, not {expected}")
 
 
-def not_library_object(value, argname: str) -> None:
-    """BAD_PARAM when a data argument a call does not read (002 lets it go unread, e.g. x of a
-    RELU backward) is a descriptor, handle or other library object."""
-    if value is not None and type(value) is not np.ndarray and library_object(value):
-        raise _not_data(value, argname, "a data buffer")
+def unread(handle, value, argname: str) -> None:
+    """A data argument the call does not read (002 lets it go unread: x or y of an activation
+    backward, divisive normalization's scratch temp/temp2, devSeqLengths on the CPU place): NULL
+    passes (the callers apply their own NULL rule), anything else gets the checks of every buffer
+    that need no descriptor, with the same errors (a plain int on the CPU place, a library object,
+    a number, a list, device memory on the CPU place ...).  An array costs one type test."""
+    if value is None or type(value) is np.ndarray or (type(value) is int and value == 0):
+        return
+    if handle.place == "cpu":
+        _host_source(value, argname)
+    else:
+        _device_source(value, argname, False)
 
 
 def raw_address(value) -> "int | None":

@@ -15,7 +15,7 @@ from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import packed_strides
 from .._core import bound_graph as bg
 from .._core.data import address, buffer_at
-from ..errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
+from ..errors import CUDNN_STATUS_INVALID_VALUE, bad_param, check, not_supported
 from ..handle import get_handle
 from .._core.descriptor import resolve
 from .._core.registry import legacy
@@ -119,8 +119,8 @@ def _lin_layer_params(handle, rnnDesc, pseudoLayer, xDesc, wDesc, w, linLayerID,
     _check_fits(cfg, need, "wDesc")
     buffer_at(h, w, "w", need, 0, (0,), cfg.dtype)  # the checks of every data argument, before the address
     addr = address(w)
-    check(addr is None or addr % dtypes.itemsize(cfg.dtype) == 0, "w",
-          f"address {addr:#x} is not aligned to the {dtypes.itemsize(cfg.dtype)}-byte data type")
+    if addr is not None and addr % dtypes.itemsize(cfg.dtype):
+        raise bad_param("w", f"address {addr:#x} is not aligned to the {dtypes.itemsize(cfg.dtype)}-byte data type")
     mat, bvec = lin_layer(cfg, int(pseudoLayer), int(linLayerID))
     blk = bvec if bias else mat
     if blk is None:  # 002: a zeroed descriptor and NULL
