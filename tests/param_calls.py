@@ -600,3 +600,112 @@ def SetSeqDataDescriptor(h):
     return [cc.cudnnCreateSeqDataDescriptor(), F32, 4, [3, 2, 1, 4],
             [cc.CUDNN_SEQDATA_TIME_DIM, cc.CUDNN_SEQDATA_BATCH_DIM, cc.CUDNN_SEQDATA_BEAM_DIM, cc.CUDNN_SEQDATA_VECT_DIM],
             2, [3, 2], None], []
+
+
+# -- the v6/v7 RNN calls over arrays of per-step descriptors -----------------------------------------
+
+def _v6(h):
+    from test_rnn_legacy import step_descs, v6_net
+    from test_rnn_reference import tdesc3
+    batches, I, H = [2, 2, 1], 3, 4
+    d, _drop = v6_net(h, cc.CUDNN_LSTM, 1, 1, H)
+    xds, yds = step_descs(batches, I), step_descs(batches, H)
+    size = cc.cudnnGetRNNParamsSize(h, d, xds[0], F64)
+    wd = cc.cudnnCreateFilterDescriptor()
+    cc.cudnnSetFilterNdDescriptor(wd, F64, cc.CUDNN_TENSOR_NCHW, 3, [size // 8, 1, 1])
+    T, n = len(batches), sum(batches)
+    s = dict(d=d, T=T, xds=xds, yds=yds, wd=wd, w=_r(size // 8, np.float64) * 0.3, hd=tdesc3((1, 2, H), F64),
+             x=_r(n * I, np.float64), hx=_r(2 * H, np.float64, 1), cx=_r(2 * H, np.float64, 2), y=_p(n * H, np.float64),
+             hy=_p(2 * H, np.float64), cy=_p(2 * H, np.float64), n=n, I=I, H=H)
+    s["wss"], s["rss"] = cc.cudnnGetRNNWorkspaceSize(h, d, T, xds), cc.cudnnGetRNNTrainingReserveSize(h, d, T, xds)
+    s["ws"], s["rs"] = np.zeros(s["wss"], np.uint8), np.zeros(s["rss"], np.uint8)
+    return s
+
+
+def _v6_fwd(h, s):
+    return [h, s["d"], s["T"], s["xds"], s["x"], s["hd"], s["hx"], s["hd"], s["cx"], s["wd"], s["w"], s["yds"], s["y"],
+            s["hd"], s["hy"], s["hd"], s["cy"]]
+
+
+@call
+def RNNForwardTraining(h):
+    s = _v6(h)
+    return _v6_fwd(h, s) + [s["ws"], s["wss"], s["rs"], s["rss"]], [s["y"], s["hy"], s["cy"]]
+
+
+@call
+def RNNForwardInference(h):
+    s = _v6(h)
+    return _v6_fwd(h, s) + [s["ws"], s["wss"]], [s["y"], s["hy"], s["cy"]]
+
+
+@call
+def FindRNNForwardTrainingAlgorithmEx(h):
+    s = _v6(h)
+    return _v6_fwd(h, s) + [0.0, 1, s["ws"], s["wss"], s["rs"], s["rss"]], []
+
+
+@call
+def FindRNNForwardInferenceAlgorithmEx(h):
+    s = _v6(h)
+    return _v6_fwd(h, s) + [0.0, 1, s["ws"], s["wss"]], []
+
+
+def _v6_trained(h):
+    s = _v6(h)
+    cc.cudnnRNNForwardTraining(*_v6_fwd(h, s), s["ws"], s["wss"], s["rs"], s["rss"])
+    H = s["H"]
+    s.update(dy=_r(s["n"] * H, np.float64, 3), dhy=_r(2 * H, np.float64, 4), dcy=_r(2 * H, np.float64, 5),
+             dx=_p(s["n"] * s["I"], np.float64), dhx=_p(2 * H, np.float64), dcx=_p(2 * H, np.float64))
+    return s
+
+
+def _v6_bwd(h, s):
+    return [h, s["d"], s["T"], s["yds"], s["y"], s["yds"], s["dy"], s["hd"], s["dhy"], s["hd"], s["dcy"], s["wd"], s["w"],
+            s["hd"], s["hx"], s["hd"], s["cx"], s["xds"], s["dx"], s["hd"], s["dhx"], s["hd"], s["dcx"]]
+
+
+@call
+def RNNBackwardData(h):
+    s = _v6_trained(h)
+    return _v6_bwd(h, s) + [s["ws"], s["wss"], s["rs"], s["rss"]], [s["dx"], s["dhx"], s["dcx"]]
+
+
+@call
+def FindRNNBackwardDataAlgorithmEx(h):
+    s = _v6_trained(h)
+    return _v6_bwd(h, s) + [0.0, 1, s["ws"], s["wss"], s["rs"], s["rss"]], []
+
+
+@call
+def RNNBackwardWeights(h):
+    s = _v6_trained(h)
+    dw = np.zeros_like(s["w"])
+    return [h, s["d"], s["T"], s["xds"], s["x"], s["hd"], s["hx"], s["yds"], s["y"], s["ws"], s["wss"], s["wd"], dw,
+            s["rs"], s["rss"]], [dw]
+
+
+@call
+def FindRNNBackwardWeightsAlgorithmEx(h):
+    s = _v6_trained(h)
+    return [h, s["d"], s["T"], s["xds"], s["x"], s["hd"], s["hx"], s["yds"], s["y"], 0.0, 1, s["ws"], s["wss"], s["wd"],
+            np.zeros_like(s["w"]), s["rs"], s["rss"]], []
+
+
+@call
+def RNNBackwardDataEx(h):
+    s = _legacy_rnn(h)
+    cc.cudnnRNNForwardTrainingEx(*_legacy_forward_args(h, s), s["wsb"], s["ws"], s["rsb"], s["rs"])
+    dx, dhx, dcx = _p(s["x"].size, np.float64), _p(s["hx"].size, np.float64), _p(s["cx"].size, np.float64)
+    return [h, s["net"]["desc"], s["yd"], s["y"], s["yd"], np.ones_like(s["y"]), None, None, s["hd"], None, s["cd"],
+            None, s["wd"], s["net"]["wspace"], s["hd"], s["hx"], s["cd"], s["cx"], s["xd"], dx, s["hd"], dhx, s["cd"],
+            dcx, None, None, s["wsb"], s["ws"], s["rsb"], s["rs"]], [dx, dhx, dcx]
+
+
+@call
+def ReorderFilterAndBias(h):
+    wd = cc.cudnnCreateFilterDescriptor()
+    cc.cudnnSetFilter4dDescriptor(wd, cc.CUDNN_DATA_INT8x32, cc.CUDNN_TENSOR_NCHW_VECT_C, 2, 32, 3, 3)
+    w = (np.arange(2 * 32 * 9) % 200 - 100).astype(np.int8)
+    rw, rb = np.zeros_like(w), np.zeros(2, np.float32)
+    return [h, wd, cc.CUDNN_DEFAULT_REORDER, w, rw, 1, _r(2), rb], [rw, rb]
