@@ -572,7 +572,7 @@ def test_legacy_rnn_rejected_calls_write_nothing(handle, rng):
     def bwdw(dw_arg):
         cc.cudnnRNNBackwardWeightsEx(handle, net["desc"], s["xd"], s["x"], s["hd"], s["hx"], s["yd"], o["y"], o["ws"],
                                      s["ws_size"], wd, dw_arg, o["rs"], s["rs_size"])
-    _expect(BAD, lambda: bwdw(_read_only(dw)), untouched=[o["ws"], o["rs"]], argument="dweightSpace", text=["read-only"])
+    _expect(BAD, lambda: bwdw(_read_only(dw)), untouched=[o["ws"], o["rs"]], argument="dw", text=["read-only"])
     assert o["ws"].tobytes() == ws_before.tobytes()
     bwdw(dw)
     assert not np.all(dw == 0.5)
