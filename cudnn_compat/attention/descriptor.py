@@ -285,8 +285,7 @@ def getMultiHeadAttnBuffers(handle, attnDesc) -> tuple:
 @legacy("cudnnGetMultiHeadAttnWeights")
 def getMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc) -> int:
     """Sets ``wDesc`` to the tensor's [nHeads, projSize, origSize] (biases [nHeads, projSize, 1])
-    dims and packed strides and returns its address in ``weights`` (an int; a ``ctypes.c_void_p`` when
-    ``weights`` is a ctypes pointer; ``weights`` is checked as every data argument is); an absent
+    dims and packed strides and returns its address in ``weights`` (a pointer int); an absent
     tensor gives address 0 and a zeroed descriptor, with SUCCESS (002 §7.2.16)."""
     h = get_handle(handle)
     a = attn_desc(attnDesc)
