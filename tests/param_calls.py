@@ -8,6 +8,7 @@ import numpy as np
 
 import cudnn_compat as cc
 from conftest import tdesc
+from test_data_args import _conv_descs as _conv  # x (2,3,4,4), w (2,3,3,3), pad 1, y (2,2,4,4)
 
 F32, F64 = cc.CUDNN_DATA_FLOAT, cc.CUDNN_DATA_DOUBLE
 S = (2, 3, 4, 4)
@@ -33,14 +34,6 @@ def _act(mode=cc.CUDNN_ACTIVATION_RELU):
     ad = cc.cudnnCreateActivationDescriptor()
     cc.cudnnSetActivationDescriptor(ad, mode, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
     return ad
-
-
-def _conv():
-    cd = cc.cudnnCreateConvolutionDescriptor()
-    cc.cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, F32)
-    wd = cc.cudnnCreateFilterDescriptor()
-    cc.cudnnSetFilter4dDescriptor(wd, F32, cc.CUDNN_TENSOR_NCHW, 2, 3, 3, 3)
-    return tdesc(S), wd, cd, tdesc((2, 2, 4, 4))
 
 
 # -- element-wise, tensor ops, transforms -----------------------------------------------------------
