@@ -290,3 +290,39 @@ def test_torch_bfloat16_is_bfloat16_data(handle):
     with pytest.raises(cc.CuDNNError, match="x: array dtype bfloat16 does not match .* CUDNN_DATA_FLOAT") as e:
         cc.cudnnActivationForward(handle, args[1], 1.0, f, x, 0.0, f, np.zeros(4, np.float32))
     assert e.value.status == BAD
+
+
+# -- the fused-ops variant pack --------------------------------------------------------------------------
+
+def _fused_inference(h, pointers):
+    from test_fused_ops import ELEM, SPATIAL as FSPATIAL, execute
+    pd = tdesc((1, 4, 1, 1))
+    settings = dict(BN_MODE=FSPATIAL, BN_SCALEBIAS_MEANVAR_DESC=pd, BN_SCALE_PLACEHOLDER=ELEM, BN_BIAS_PLACEHOLDER=ELEM,
+                    BN_RUNNING_MEAN_PLACEHOLDER=ELEM, BN_RUNNING_VAR_PLACEHOLDER=ELEM, BN_EQSCALEBIAS_DESC=pd,
+                    BN_EQSCALE_PLACEHOLDER=ELEM, BN_EQBIAS_PLACEHOLDER=ELEM)
+    execute(h, cc.CUDNN_FUSED_BN_FINALIZE_STATISTICS_INFERENCE, settings, pointers, dict(DOUBLE_BN_EPSILON=1e-4))
+
+
+def _fused_buffers():
+    ins = {k: np.random.default_rng(i).random(4).astype(np.float32) + 0.1
+           for i, k in enumerate(("BN_SCALE", "BN_BIAS", "BN_RUNNING_MEAN", "BN_RUNNING_VAR"))}
+    return dict(ins, BN_EQSCALE=np.full(4, 7.0, np.float32), BN_EQBIAS=np.full(4, 7.0, np.float32))
+
+
+def test_fused_ops_variant_pointers_bind_alike(handle):
+    """Each CUDNN_PTR_* of a fused-ops variant pack, bound at cudnnFusedOpsExecute: the same forms and errors."""
+    want = _fused_buffers()
+    _fused_inference(handle, want)
+    for label in want:
+        for form, make in ACCEPTED.items():
+            bufs = _fused_buffers()
+            _fused_inference(handle, dict(bufs, **{label: make(bufs[label])}))
+            for k in ("BN_EQSCALE", "BN_EQBIAS"):
+                np.testing.assert_array_equal(bufs[k], want[k], err_msg=f"{label} as {form}")
+        for form, (make, words) in REJECTED.items():
+            bufs = _fused_buffers()
+            with pytest.raises(cc.CuDNNError) as e:
+                _fused_inference(handle, dict(bufs, **{label: make(bufs[label])}))
+            assert e.value.status == BAD and e.value.argument == "CUDNN_PTR_" + label, (label, form, e.value)
+            assert all(w in str(e.value) for w in words), (label, form, e.value)
+            assert np.all(bufs["BN_EQSCALE"] == 7.0) and np.all(bufs["BN_EQBIAS"] == 7.0), (label, form)

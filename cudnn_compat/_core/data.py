@@ -174,8 +174,10 @@ def unread(handle, value, argname: str) -> None:
     backward, divisive normalization's scratch temp/temp2, devSeqLengths on the CPU place): NULL
     passes (the callers apply their own NULL rule), anything else gets the checks of every buffer
     that need no descriptor, with the same errors (a plain int on the CPU place, a library object,
-    a number, a list, device memory on the CPU place ...).  An array costs one type test."""
-    if value is None or type(value) is np.ndarray or (type(value) is int and value == 0):
+    a number, a list, device memory on the CPU place ...).  An array costs a type test or two."""
+    t = type(value)
+    if value is None or t is np.ndarray or (t is int and value == 0) or \
+            (_CUPY_NDARRAY and t is _CUPY_NDARRAY[0] and handle.place != "cpu"):
         return
     if handle.place == "cpu":
         _host_source(value, argname)
