@@ -37,7 +37,7 @@ import numpy as np
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import OperationGraph
 from ._core.call import ALPHA, BETA, blended, run
-from ._core.data import not_library_object, same_buffer, scalar
+from ._core.data import same_buffer, scalar, unread
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
 from ._core.memo import EPOCH, Memo, site_get, site_put
@@ -270,7 +270,7 @@ def activationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDes
         _in_place(dy, dx, dyd, dxd, "dy", "dx", "dxDesc")
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
     src_uid, src_desc, src_data = (Y, yd, y) if reads == "y" else (X, xd, x)
-    not_library_object(x if reads == "y" else y, "x" if reads == "y" else "y")  # the unread one: still no descriptor
+    unread(h, x if reads == "y" else y, "x" if reads == "y" else "y")  # the unread one: still a buffer
 
     def build():
         ins = {"x": dyd.ir(DY, "dy"), "b": src_desc.ir(src_uid, reads)}

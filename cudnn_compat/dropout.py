@@ -76,12 +76,12 @@ def _check_probability(dropout) -> float:
     return float(np.float32(p))  # the C argument is a float
 
 
-def _check_states_size(states, stateSizeInBytes):
+def _check_states_size(h, states, stateSizeInBytes):
     if bg.is_null(states):
         return None
     check(int(stateSizeInBytes) >= STATES_SIZE, "stateSizeInBytes",
           f"{stateSizeInBytes} is less than cudnnDropoutGetStatesSize() = {STATES_SIZE}", CUDNN_STATUS_INVALID_VALUE)
-    bg.check_buffer(states, "states", STATES_SIZE)
+    preflight(h, [(states, (None, STATES_SIZE), "states", True)])  # the checks of every buffer (dropout writes it)
     return states
 
 
@@ -142,7 +142,7 @@ def setDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes,
     d = resolve(dropoutDesc, DropoutDescriptor, "dropoutDesc", need_set=False)
     h = get_handle(handle)
     p = _check_probability(dropout)
-    states = _check_states_size(states, stateSizeInBytes)
+    states = _check_states_size(h, states, stateSizeInBytes)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     d.dropout = p
     if states is not None:  # 002 §3.2.80: NULL states leave the generator (and its states) as they were
@@ -155,9 +155,9 @@ def setDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes,
 def restoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed) -> None:
     """Re-attach states seeded earlier, without touching them (002: the seed is ignored)."""
     d = resolve(dropoutDesc, DropoutDescriptor, "dropoutDesc", need_set=False)
-    get_handle(handle)
+    h = get_handle(handle)
     p = _check_probability(dropout)
-    states = _check_states_size(states, stateSizeInBytes)
+    states = _check_states_size(h, states, stateSizeInBytes)
     d.dropout, d.states, d.stateSizeInBytes, d.seed = p, states, int(stateSizeInBytes), int(seed) & 0xFFFFFFFFFFFFFFFF
     d.touched()
 

@@ -22,7 +22,7 @@ import numbers
 
 from cudnn_compat._backend.ir import Operation, OperationGraph, virtual
 from ._core.call import ALPHA, BETA, blend, blended, compute_dtype, run
-from ._core.data import same_buffer, scalar
+from ._core.data import same_buffer, scalar, unread
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
 from ._core.memo import EPOCH, Memo, arrays, site_get, site_put
@@ -253,6 +253,8 @@ def divisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, means,
     ld = lrn_desc(normDesc)
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
     _divnorm_checks(mode, xd, yd, "yDesc", {"x": x, "y": y, "temp": temp, "temp2": temp2})
+    unread(h, temp, "temp")  # scratch this implementation does not use: still a buffer
+    unread(h, temp2, "temp2")
     a, b = _alpha_beta(alpha, beta, xd.dtype)
     has_means = not _is_null(means)
 
@@ -276,6 +278,8 @@ def divisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, means
     ld = lrn_desc(normDesc)
     xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dXdMeansDesc, "dXdMeansDesc")
     _divnorm_checks(mode, xd, dxd, "dXdMeansDesc", {"x": x, "dy": dy, "temp": temp, "temp2": temp2, "dx": dx})
+    unread(h, temp, "temp")  # scratch this implementation does not use: still a buffer
+    unread(h, temp2, "temp2")
     a, b = _alpha_beta(alpha, beta, xd.dtype)
     has_means = not _is_null(means)
     has_dmeans = not _is_null(dMeans)

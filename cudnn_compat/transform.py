@@ -41,6 +41,7 @@ import numpy as np
 
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, virtual
+from ._core.bound_graph import at as _at
 from ._core.call import ALPHA, BETA, blend, compute_dtype, run
 from ._core.data import POINTER_MIN, bind, extent_bytes, same_buffer, scalar
 from ._core.descriptor import Descriptor, resolve
@@ -199,17 +200,9 @@ def _phases(folds) -> list:
 
 
 def shifted(data, nbytes: int):
-    """The data argument ``nbytes`` further on (a strided view that starts inside a buffer)."""
-    if nbytes == 0:
-        return data
-    if isinstance(data, np.ndarray):
-        return data.reshape(-1, order="A").view(np.uint8)[nbytes:]
-    if isinstance(data, int) and not isinstance(data, bool):
-        return data + nbytes if data else data
-    iface = getattr(data, "__cuda_array_interface__", None)
-    if iface is not None:
-        return int(iface["data"][0]) + nbytes
-    return data  # bind() reports the unsupported type
+    """The data argument ``nbytes`` further on (a strided view that starts inside a buffer), in every
+    form a data argument takes (``_core.bound_graph.at``: ctypes pointers and buffer objects too)."""
+    return data if isinstance(data, int) and not data else _at(data, nbytes)  # NULL stays NULL
 
 
 def _resample(x, y, pre, stride) -> Operation:

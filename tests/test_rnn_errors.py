@@ -1,6 +1,8 @@
 """Every BAD_PARAM / NOT_SUPPORTED / INVALID_VALUE / NOT_INITIALIZED rule of the RNN family,
 broken one at a time (002 §7.2.36, §7.2.47, §7.2.49, §7.2.31, §7.2.24/25, §7.2.42, §7.2.52,
 §8.2.18, §8.2.21, §7.2.33), with the outputs checked to be untouched."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -99,7 +101,7 @@ def test_weight_param_rules(handle, rng):
     expect(cc.CUDNN_STATUS_INVALID_VALUE, lambda: cc.cudnnGetRNNLinLayerMatrixParams(handle, d, 0, xd, wd, w, 0, fd))
     cc.cudnnSetFilterNdDescriptor(wd, D_, cc.CUDNN_TENSOR_NCHW, 3, [size // 8, 1, 1])
     expect(BAD, lambda: cc.cudnnGetRNNLinLayerBiasParams(handle, d, 0, xd, wd, w, 6, fd), "linLayerID")
-    expect(BAD, lambda: cc.cudnnGetRNNLinLayerMatrixParams(handle, d, 0, xd, wd, w.ctypes.data + 4, 0, fd), "aligned")
+    expect(BAD, lambda: cc.cudnnGetRNNLinLayerMatrixParams(handle, d, 0, xd, wd, ctypes.c_void_p(w.ctypes.data + 4), 0, fd), "aligned")
     expect(BAD, lambda: cc.cudnnGetRNNLinLayerMatrixParams(handle, d, 0, tdesc3((2, 5, 1), D_), wd, w, 0, fd), "inputSize")
     expect(UNSUP, lambda: cc.cudnnGetRNNParamsSize(handle, d, tdesc3((2, 3, 1), cc.CUDNN_DATA_INT32), D_))
     expect(BAD, lambda: cc.cudnnGetRNNParamsSize(handle, d, xd, F_), "dataType")

@@ -188,13 +188,14 @@ def test_weight_layout_order_and_absent_blocks(handle):
                                 cc.CUDNN_BIDIRECTIONAL, cc.CUDNN_SKIP_INPUT, cc.CUDNN_DATA_FLOAT, cc.CUDNN_DATA_FLOAT,
                                 cc.CUDNN_DEFAULT_MATH, I, H, H, 2, None, 0)
     size = cc.cudnnGetRNNWeightSpaceSize(handle, d)
-    base = 1 << 20  # a fake device address: only offsets are computed
+    base = 1 << 20  # a fake address (a ctypes pointer, as on the CPU place every host pointer is): only offsets are computed
     md, bd = cc.cudnnCreateTensorDescriptor(), cc.cudnnCreateTensorDescriptor()
     spans = []
     for p in range(4):
         mats, biases = [], []
         for lid in range(9):
-            m, b = cc.cudnnGetRNNWeightParams(handle, d, p, size, base, lid, md, bd)
+            m, b = cc.cudnnGetRNNWeightParams(handle, d, p, size, ctypes.c_void_p(base), lid, md, bd)
+            m, b = (None if v is None else v.value for v in (m, b))
             if lid == 8 or (p < 2 and lid < 4):  # no projection; no layer-0 input matrices
                 assert m is None and cc.cudnnGetTensorNdDescriptor(md)[1] == 0
             else:

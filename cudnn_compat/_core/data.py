@@ -114,6 +114,40 @@ def layout(tensor) -> tuple:
     return spec
 
 
+# -- which `void *` parameter is what -------------------------------------------------------------
+# The signature table (_core/signatures.py) calls every `void *` parameter "pointer"; these say which
+# are not data buffers (bound by ``bind`` / ``preflight`` / ``buffer_at`` with one set of forms and
+# errors).  tests/test_data_params.py walks every pointer parameter of every registered function by
+# this table.  Pointers to one number (002 "Scaling Parameters", fill values), read by ``scalar``:
+SCALAR_PARAMS = frozenset({"alpha", "beta", "alpha1", "alpha2", "alphaDataDiff", "betaDataDiff", "alphaParamDiff",
+                           "betaParamDiff", "alphaDgrid", "betaDgrid", "paddingFill", "valuePtr"})
+# (function, C parameter) -> role, for the pointers that are neither scalars nor data buffers
+OTHER_POINTERS = {
+    **{(f, p): "host ints" for f, p in (  # host int arrays (tools/gen_signatures.py DATA_ARRAYS)
+        ("cudnnCTCLoss", "hostLabels"), ("cudnnCTCLoss", "hostLabelLengths"), ("cudnnCTCLoss", "hostInputLengths"),
+        ("cudnnCTCLoss_v8", "labels"), ("cudnnCTCLoss_v8", "labelLengths"), ("cudnnCTCLoss_v8", "inputLengths"),
+        ("cudnnGetCTCLossWorkspaceSize", "labels"), ("cudnnGetCTCLossWorkspaceSize", "labelLengths"),
+        ("cudnnGetCTCLossWorkspaceSize", "inputLengths"), ("cudnnMultiHeadAttnForward", "loWinIdx"),
+        ("cudnnMultiHeadAttnForward", "hiWinIdx"), ("cudnnMultiHeadAttnBackwardData", "loWinIdx"),
+        ("cudnnMultiHeadAttnBackwardData", "hiWinIdx"), ("cudnnSetSeqDataDescriptor", "seqLengthArray"))},
+    ("cudnnSaveAlgorithm", "algoSpace"): "host bytes", ("cudnnRestoreAlgorithm", "algoSpace"): "host bytes",
+    # typed by another argument: attributeType (VOID_PTR data pointers are bound at cudnnBackendExecute),
+    # the fused-ops label (pointers bound at cudnnFusedOpsExecute, scalars read by ``scalar``)
+    ("cudnnBackendSetAttribute", "arrayOfElements"): "typed", ("cudnnBackendGetAttribute", "arrayOfElements"): "typed",
+    ("cudnnSetFusedOpsConstParamPackAttribute", "param"): "typed",
+    ("cudnnGetFusedOpsConstParamPackAttribute", "param"): "typed",
+    ("cudnnSetFusedOpsVariantParamPackAttribute", "ptr"): "typed",
+    ("cudnnSetCallback", "udata"): "opaque",  # handed back to the caller's callback, never read
+}
+
+
+def pointer_role(c_name: str, c_param: str) -> str:
+    """'scalar', 'data' (a buffer), or the OTHER_POINTERS role of a `void *` parameter."""
+    if c_param in SCALAR_PARAMS:
+        return "scalar"
+    return OTHER_POINTERS.get((c_name, c_param), "data")
+
+
 # -- what an argument is --------------------------------------------------------------------------
 
 _CARG = type(ctypes.byref(ctypes.c_int()))  # what ctypes.byref() returns
@@ -135,11 +169,20 @@ def _not_data(value, argname: str, expected: str):
     return bad_param(argname, f"is {_what(value)}, not {expected}")
 
 
-def not_library_object(value, argname: str) -> None:
-    """BAD_PARAM when a data argument a call does not read (002 lets it go unread, e.g. x of a
-    RELU backward) is a descriptor, handle or other library object."""
-    if value is not None and type(value) is not np.ndarray and library_object(value):
-        raise _not_data(value, argname, "a data buffer")
+def unread(handle, value, argname: str) -> None:
+    """A data argument the call does not read (002 lets it go unread: x or y of an activation
+    backward, divisive normalization's scratch temp/temp2, devSeqLengths on the CPU place): NULL
+    passes (the callers apply their own NULL rule), anything else gets the checks of every buffer
+    that need no descriptor, with the same errors (a plain int on the CPU place, a library object,
+    a number, a list, device memory on the CPU place ...).  An array costs a type test or two."""
+    t = type(value)
+    if value is None or t is np.ndarray or (t is int and value == 0) or \
+            (_CUPY_NDARRAY and t is _CUPY_NDARRAY[0] and handle.place != "cpu"):
+        return
+    if handle.place == "cpu":
+        _host_source(value, argname)
+    else:
+        _device_source(value, argname, False)
 
 
 def raw_address(value) -> "int | None":
@@ -161,6 +204,24 @@ def _checked_address(addr: int, argname: str, what: str = "host") -> int:
     if addr < POINTER_MIN:  # rule: a pointer lies above the first page (tiny values fault)
         raise bad_param(argname, f"{addr} is not a {what} pointer (below {POINTER_MIN})")
     return addr
+
+
+def _bf16_bits(data):
+    """A torch bfloat16 tensor as an int16 tensor over the same memory (DLPack and the array
+    interfaces have no bfloat16), else None; torch is never imported here."""
+    torch = type(data).__module__.startswith("torch") and __import__("sys").modules.get("torch")
+    if torch and getattr(data, "dtype", None) is torch.bfloat16 and hasattr(data, "view"):
+        return data.view(torch.int16)
+    return None
+
+
+def _bf16_dtype() -> np.dtype:
+    """ml_dtypes.bfloat16 where it is installed (messages then say bfloat16), else the uint16 bits."""
+    try:
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        return np.dtype(np.uint16)
 
 
 def _host_source(data, argname: str) -> "np.ndarray | int":
@@ -188,7 +249,8 @@ def _host_source(data, argname: str) -> "np.ndarray | int":
         if hasattr(data, "__array_interface__"):
             return np.asarray(data)
         if hasattr(data, "__dlpack__"):  # torch / JAX CPU tensors: a view of the same memory
-            return np.from_dlpack(data)
+            bits = _bf16_bits(data)  # torch bfloat16: DLPack cannot export it; its bits can
+            return np.from_dlpack(data) if bits is None else np.from_dlpack(bits).view(_bf16_dtype())
         return np.asarray(memoryview(data))
     except Exception as e:  # noqa: BLE001 - anything that is not a readable buffer is a bad argument
         why = f" (DLPack export failed: {type(e).__name__}: {e})" if hasattr(data, "__dlpack__") else ""
@@ -290,6 +352,10 @@ def _device_source(data, argname: str, written: bool):
     addr = raw_address(data)
     if addr is not None:
         return _checked_address(addr, argname, "device"), None, None, None
+    bits = _bf16_bits(data)
+    if bits is not None:  # a torch bfloat16 tensor: no array interface exports it; its bits as BFLOAT16 data
+        ptr, _dt, nbytes, _owner = _device_source(bits, argname, written)
+        return ptr, _bf16_dtype(), nbytes, bits
     if hasattr(data, "__cuda_array_interface__"):
         ptr, dt, nbytes, contiguous, readonly = _cai_info(data.__cuda_array_interface__)
         if not contiguous:
@@ -404,6 +470,25 @@ def preflight(handle, items) -> list:
             name, need = spec.dtype, layout(spec)[1]
         out.append(check(data, name, int(need), argname, written))
     return out
+
+
+def buffer_at(handle, data, argname: str, need: int, offset: int, dims: tuple, dtype: str):
+    """The block ``offset`` bytes into a caller's buffer (the weight-space queries: RNN weight
+    params, attention weights), after ``preflight``'s checks of the buffer (untyped, ``need``
+    bytes, the forms and errors of every data argument).  In the form the caller passed: a ctypes
+    pointer gives a ``ctypes.c_void_p``, a device pointer int an int, an array (or any buffer
+    object) a view of ``dims`` elements of ``dtype`` (an IR dtype name)."""
+    checked, = preflight(handle, [(data, (None, int(need)), argname, False)])
+    addr = raw_address(data)
+    if addr is not None:
+        return ctypes.c_void_p(addr + offset)
+    if type(checked) is int:
+        return checked + offset
+    storage = dtypes.storage_dtype(dtype)
+    n = storage.itemsize
+    for d in dims:
+        n *= int(d)
+    return checked[offset:offset + n].view(storage).reshape(dims)
 
 
 def workspace_arg(place: str, workspace, argname: str = "workSpace"):
@@ -532,7 +617,7 @@ def address(data) -> "int | None":
         return int(iface["data"][0])
     if hasattr(data, "__dlpack__") and not library_object(data):  # a host DLPack tensor (torch/JAX on the CPU)
         try:
-            return int(np.from_dlpack(data).__array_interface__["data"][0])
+            return int(np.from_dlpack(_bf16_bits(data) or data).__array_interface__["data"][0])
         except Exception:  # noqa: BLE001 - device memory, or not exportable: cannot be told
             return None
     return None
@@ -568,20 +653,42 @@ def _number(value, argname: str) -> float:
         raise bad_param(argname, f"{value!r} is not representable as a double") from None
 
 
+# An integer of this magnitude where C takes a pointer to one number is a host address typed as
+# an int (``a.ctypes.data``), never a sensible alpha, beta or fill value (issue 23 item 1).
+HOST_ADDRESS_MIN = 2 ** 31
+
+
+def host_address_int(value, argname: str, how: str = ""):
+    """BAD_PARAM for an int that looks like a host address where a value goes: names the
+    argument and says how a pointer is passed (``how`` overrides the ways listed)."""
+    if not -2 ** 64 < value < 2 ** 64:  # beyond any address: too large for an int scaling value
+        return bad_param(argname, f"is the int {value}, out of range for a value given as an int (|value| >= 2^31 "
+                                  f"looks like a host address); pass a float")
+    how = how or ("pass the number itself, a host pointer as ctypes.c_void_p(addr) or ctypes.byref(c_value), "
+                  "or the 0-d array itself (a, not a.ctypes.data)")
+    return bad_param(argname, f"is the int {value}, which looks like a host address, not a value "
+                              f"(|value| >= 2^31); {how}")
+
+
 def scalar(value, argname: str, double: bool = False) -> float:
     """alpha/beta and other host scalars: a Python number or NumPy scalar is the value; a NumPy
     (or ctypes) array of one element holds it; a ctypes pointer points to a float (a double when
-    ``double``), read as C would.  BAD_PARAM for NULL, library objects and anything else."""
+    ``double``), read as C would.  BAD_PARAM for NULL, library objects, an int of magnitude
+    2^31 or more (a host address typed as an int) and anything else."""
     t = type(value)
     if t is float:
         return value
     if t is int:
-        return _number(value, argname)
+        if -HOST_ADDRESS_MIN < value < HOST_ADDRESS_MIN:  # the one compare a value costs
+            return float(value)
+        raise host_address_int(value, argname)
     if value is None:
         raise bad_param(argname, "is NULL")
     if isinstance(value, numbers.Real):  # bool, NumPy scalars, int subclasses
         if isinstance(value, Descriptor):  # descriptors and handles are ints: never a value, never an address
             raise _not_data(value, argname, "a scalar")
+        if isinstance(value, numbers.Integral) and not -HOST_ADDRESS_MIN < value < HOST_ADDRESS_MIN:
+            raise host_address_int(value, argname)
         return _number(value, argname)
     if isinstance(value, np.ndarray):
         if value.size == 1 and value.dtype.kind in "biuf":  # rule: a real number
@@ -593,7 +700,7 @@ def scalar(value, argname: str, double: bool = False) -> float:
         ctype = ctypes.c_double if double else ctypes.c_float
         return float(ctype.from_address(addr).value)
     if isinstance(value, ctypes._SimpleCData) and isinstance(value.value, (int, float)):
-        return _number(value.value, argname)  # c_float(2.0), c_double(...): the value it holds
+        return scalar(value.value, argname)  # c_float(2.0), c_double(...): the value it holds
     if isinstance(value, ctypes.Array):
         return scalar(np.asarray(memoryview(value)), argname, double)
     if library_object(value):

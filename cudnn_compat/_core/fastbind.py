@@ -8,7 +8,9 @@ tensors that makes exactly ``_core.call.run``'s fast-path test for each of them 
 cupy.ndarray``, dtype identity or membership in the accepted set, C or F contiguity, ``nbytes``
 at least the span) and returns the variant-pack dict ``{uid: pointer or scalar}``; on the first
 buffer that is anything else it returns None and ``_core.call.run``'s general loop binds the call
-(and raises its errors).  A prior-output tensor (``uid + Y_PRIOR_OFFSET``) not given by the caller
+(and raises its errors).  Scalars reach it as the floats ``_core.data.scalar`` made of the caller's
+alpha, beta or fill (the one place their rules apply, the host-address one included), so the
+generated code passes them on unchecked.  A prior-output tensor (``uid + Y_PRIOR_OFFSET``) not given by the caller
 takes the output's pointer, as the loop does.
 
 ``lane(plan)``: for a cupy plan with launch records, the same checks generated into one function

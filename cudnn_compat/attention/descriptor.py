@@ -11,10 +11,13 @@ NOT_SUPPORTED (002 "Unsupported features").
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from cudnn_compat._backend import dtypes
 from .._core import bound_graph as bg
+from .._core.data import address, buffer_at, scalar
 from .._core.call import compute_dtype
 from .._core.descriptor import Descriptor, resolve
 from .._core.lifecycle import pair
@@ -144,6 +147,7 @@ def setSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLengthArr
     if int(nbDims) != DIM_COUNT:
         raise not_supported("nbDims", f"must be {DIM_COUNT} (TIME, BATCH, BEAM, VECT), got {nbDims}")
     if not bg.is_null(paddingFill):
+        scalar(paddingFill, "paddingFill")  # BAD_PARAM for what is no number (a host address as an int)
         raise not_supported("paddingFill", "must be NULL: output padding fill is not supported")
     if int(dataType) not in SUPPORTED:
         raise not_supported("dataType", f"{name_of('cudnnDataType_t', dataType)}: sequence data must be HALF, FLOAT or DOUBLE")
@@ -283,7 +287,7 @@ def getMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights,
     """Sets ``wDesc`` to the tensor's [nHeads, projSize, origSize] (biases [nHeads, projSize, 1])
     dims and packed strides and returns its address in ``weights`` (a pointer int); an absent
     tensor gives address 0 and a zeroed descriptor, with SUCCESS (002 §7.2.16)."""
-    get_handle(handle)
+    h = get_handle(handle)
     a = attn_desc(attnDesc)
     check(is_valid("cudnnMultiHeadAttnWeightKind_t", wKind), "wKind", f"{wKind!r} is not a cudnnMultiHeadAttnWeightKind_t")
     layout, total = weight_layout(a)
@@ -296,7 +300,9 @@ def getMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights,
         return 0
     check(not bg.is_null(weights), "weights", "is NULL")
     off, dims = entry
+    block = buffer_at(h, weights, "weights", total, off, dims, DTYPE_NAME[a.dataType])  # every data argument's checks
     strides = (dims[1] * dims[2], dims[2], 1)
     desc.set(a.dataType, 0, dims, strides)
-    base = bg.address(weights)
-    return int(base) + off
+    if type(block) is int or isinstance(block, ctypes.c_void_p):
+        return block
+    return address(block)

@@ -150,8 +150,6 @@ _SCALAR_PARAM = _re.compile(r"(alpha|beta)(\d+|[A-Z]\w*)?|valuePtr")
 _HOST_READ = frozenset({"hostLabels", "hostLabelLengths", "hostInputLengths", "labels", "labelLengths",
                         "inputLengths", "algoSpace", "loWinIdx", "hiWinIdx", "devSeqLengthsQO",
                         "devSeqLengthsKV", "devSeqLengthsDQDO", "devSeqLengthsDKDV", "devSeqLengths"})
-# functions that only compute an address inside a data argument (never read it): it stays an int
-_ADDRESS_ONLY = frozenset({"cudnnGetRNNLinLayerMatrixParams", "cudnnGetRNNLinLayerBiasParams"})
 _CONVERSIONS = getattr(_registry, "CONVERSIONS", {})  # C name -> {Python parameter: (C parameter, kind)}
 _host_pointer = getattr(_data, "host_pointer", None) or (
     lambda v: _ctypes.c_void_p(int(v)) if _is_ptr(v) and not isinstance(v, _Descriptor) else v)
@@ -173,7 +171,7 @@ def _pointer_params(c_name: str, fn) -> "tuple | None":
         return (kinds.get(p) or (None, None))[1]
     scalars = tuple(i for i, p in enumerate(names) if _SCALAR_PARAM.fullmatch(p) and kind(p) in ("pointer", None))
     handle = next((i for i, p in enumerate(names) if kind(p) == "handle" or p == "handle"), None)
-    data = () if handle is None or c_name in _ADDRESS_ONLY else tuple(
+    data = () if handle is None else tuple(
         i for i, p in enumerate(names) if kind(p) == "pointer" and i not in scalars and p not in _HOST_READ)
     if not scalars and not data:
         return None
@@ -287,6 +285,8 @@ def _address(region) -> int:
         return 0
     if isinstance(region, int):
         return int(region)
+    if isinstance(region, _ctypes.c_void_p):  # what a ctypes pointer (a CPU-place int, converted) gives back
+        return region.value or 0
     iface = getattr(region, "__cuda_array_interface__", None) or getattr(region, "__array_interface__", None)
     return int(iface["data"][0]) if iface else 0
 

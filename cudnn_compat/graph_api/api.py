@@ -32,7 +32,7 @@ from cudnn_compat._backend.ir import GraphError, OperationGraph
 from . import attributes as A
 from . import operations as O
 from .operations import INTERNAL_UID_BASE, Lowering, fail
-from .._core.data import bind, device_pointer, scalar as host_scalar
+from .._core.data import bind, device_pointer, scalar as host_scalar, workspace_arg
 from .._core.descriptor import Descriptor, resolve
 from .._core.registry import legacy
 from ..enums import ENUMS, name_of
@@ -300,7 +300,9 @@ def _execute(h, executionPlan, variantPack) -> None:
             data[uid] = host_scalar(ptr, argname, t.dtype == "float64")
         else:
             data[uid] = put(ptr, t, argname) if put else bind(h, ptr, t, argname)
-    plan.plan = planner.execute(plan.plan, data, pack.workspace, plan.plan.workspace_size, h.stream)
+    # the workspace is a buffer like any other: the forms and errors of every data argument
+    workspace = workspace_arg(h.place, pack.workspace, "CUDNN_ATTR_VARIANT_PACK_WORKSPACE")
+    plan.plan = planner.execute(plan.plan, data, workspace, plan.plan.workspace_size, h.stream)
 
 
 # -- finalize: operation graph, engines, plans -----------------------------------------------------

@@ -24,6 +24,7 @@ import numpy as np
 
 from cudnn_compat._backend.attribute_names import V8, names as _attribute_names
 from ..enums import CONSTANTS, ENUMS, is_valid
+from .._core.data import HOST_ADDRESS_MIN
 
 MAX_DIMS = CONSTANTS["CUDNN_DIM_MAX"]  # CUDNN_MAX_DIMS of ch. 9
 
@@ -261,6 +262,9 @@ def parse_value(v, i: int, type_name: str):
     if type_name in ("FLOAT", "DOUBLE"):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.floating, np.integer)):
             raise BadValue(i, f"element {i} must be a number, got {v!r}")
+        if isinstance(v, (numbers.Integral, np.integer)) and not -HOST_ADDRESS_MIN < v < HOST_ADDRESS_MIN:
+            raise BadValue(i, f"element {i} is the int {v}, which looks like a host address, not a value "
+                              f"(|value| >= 2^31); pass the number itself, or a list or NumPy array of the values")
         return float(np.float32(v)) if type_name == "FLOAT" else float(v)
     if type_name == "BOOLEAN":
         if isinstance(v, (bool, np.bool_)) or (isinstance(v, (numbers.Integral, np.integer)) and int(v) in (0, 1)):

@@ -31,6 +31,9 @@ from .weights import DTYPE_CODE, check_wdesc
 from ..tensor import VECTOR_WIDTH, tensor_desc
 
 
+LEGACY_NAMES = {"w": "w", "dw": "dw"}  # the legacy calls' names of the weight buffers in messages
+
+
 def desc_array(arr, n: int, argname: str) -> list:
     """``n`` tensor descriptors from a sequence, or from a host pointer to an array of handles."""
     check(isinstance(n, int) and n > 0, "seqLength", f"must be a positive int, got {n!r}")
@@ -159,7 +162,7 @@ def _forward(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc
         bufs.update(cx=cx, cy=cy)
     if training:
         bufs["rs"] = reserveSpace
-    dispatch(h, d, cfg, geo, "forward", training, bufs, fill)
+    dispatch(h, d, cfg, geo, "forward", training, bufs, fill, LEGACY_NAMES)
 
 
 @legacy("cudnnRNNForwardInference", cupy="RNNForwardInference")
@@ -219,7 +222,7 @@ def _backward_data(handle, rnnDesc, seqLength, yDesc, y, dyDesc, dy, dhyDesc, dh
     bufs = {"y": y, "dy": dy, "dx": dx, "hx": hx, "dhy": dhy, "dhx": dhx, "w": w, "ws": workspace, "rs": reserveSpace}
     if cfg.mode == "LSTM":
         bufs.update(cx=cx, dcy=dcy, dcx=dcx)
-    dispatch(h, d, cfg, geo, "backward_data", True, bufs)
+    dispatch(h, d, cfg, geo, "backward_data", True, bufs, argnames=LEGACY_NAMES)
 
 
 @legacy("cudnnRNNBackwardData", cupy="RNNBackwardData")
@@ -258,7 +261,7 @@ def _backward_weights(handle, rnnDesc, seqLength, xDesc, x, hxDesc, hx, yDesc, y
         check(not bg.is_null(v), name, "is NULL")
     check_sizes(cfg, geo, True, _wsize(cfg, dwDesc, "dwDesc"), workSpaceSizeInBytes, reserveSpaceSizeInBytes, "dwDesc")
     bufs = {"x": x, "hx": hx, "y": y, "dw": dw, "ws": workspace, "rs": reserveSpace}
-    dispatch(h, d, cfg, geo, "backward_weights", True, bufs)
+    dispatch(h, d, cfg, geo, "backward_weights", True, bufs, argnames=LEGACY_NAMES)
 
 
 @legacy("cudnnRNNBackwardWeights", cupy="RNNBackwardWeights")

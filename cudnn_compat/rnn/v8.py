@@ -13,6 +13,7 @@ from __future__ import annotations
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import packed_strides
 from .._core import bound_graph as bg
+from .._core.data import unread
 from .._core.registry import legacy
 from ..dropout import require_states
 from ..enums import ENUMS
@@ -124,11 +125,14 @@ def buffer_specs(cfg, geo, bufs: dict, sp, training: bool) -> dict:
     return specs
 
 
-def dispatch(handle, d, cfg, geo, kind: str, training: bool, bufs: dict, fill=None) -> None:
-    """Run ``kind`` (forward / backward_data / backward_weights) on the checked arguments."""
+def dispatch(handle, d, cfg, geo, kind: str, training: bool, bufs: dict, fill=None, argnames=None) -> None:
+    """Run ``kind`` (forward / backward_data / backward_weights) on the checked arguments;
+    ``argnames``: buffer -> the caller's parameter name where it is not the v8 one (legacy w, dw)."""
     bufs = {k: v for k, v in bufs.items() if not bg.is_null(v)}
     sp = spaces(cfg, geo)
     specs = buffer_specs(cfg, geo, bufs, sp, training)
+    for k, name in (argnames or {}).items():
+        specs[k] = (name, specs[k][1])
     p = dropout_in_effect(d, cfg, training)
     if p > 0:
         bufs["states"] = d.dropoutDesc.states
@@ -179,6 +183,7 @@ def RNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDes
     check(fwdMode in (FWD_INFERENCE, FWD_TRAINING), "fwdMode", f"{fwdMode!r} is not a cudnnForwardMode_t")
     training = fwdMode == FWD_TRAINING
     check(not bg.is_null(devSeqLengths), "devSeqLengths", "is NULL (a device copy of seqLengthArray is required)")
+    unread(h, devSeqLengths, "devSeqLengths")  # the lengths come from xDesc; still a buffer
     cfg, geo, xd, yd = data_pair(d, xDesc, yDesc)
     check_state_desc(hDesc, "hDesc", cfg, geo.B, cfg.Hout, not (bg.is_null(hx) and bg.is_null(hy)))
     lstm = cfg.mode == "LSTM"
@@ -204,6 +209,7 @@ def RNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, 
     h = get_handle(handle)
     d = rnn_for_call(rnnDesc)
     check(not bg.is_null(devSeqLengths), "devSeqLengths", "is NULL")
+    unread(h, devSeqLengths, "devSeqLengths")
     cfg, geo, _, _ = data_pair(d, xDesc, yDesc)
     check_state_desc(hDesc, "hDesc", cfg, geo.B, cfg.Hout, not all(bg.is_null(v) for v in (hx, dhy, dhx)))
     lstm = cfg.mode == "LSTM"
@@ -227,6 +233,7 @@ def RNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDe
     d = rnn_for_call(rnnDesc)
     check(addGrad == WGRAD_ADD, "addGrad", "only CUDNN_WGRAD_MODE_ADD is supported (002 §8.2.21)")
     check(not bg.is_null(devSeqLengths), "devSeqLengths", "is NULL")
+    unread(h, devSeqLengths, "devSeqLengths")
     cfg, geo, _, _ = data_pair(d, xDesc, yDesc)
     check_state_desc(hDesc, "hDesc", cfg, geo.B, cfg.Hout, not bg.is_null(hx))
     for name, v in (("x", x), ("y", y), ("dweightSpace", dweightSpace)):

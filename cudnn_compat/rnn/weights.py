@@ -14,7 +14,8 @@ import numpy as np
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import packed_strides
 from .._core import bound_graph as bg
-from ..errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
+from .._core.data import address, buffer_at
+from ..errors import CUDNN_STATUS_INVALID_VALUE, bad_param, check, not_supported
 from ..handle import get_handle
 from .._core.descriptor import resolve
 from .._core.registry import legacy
@@ -28,13 +29,6 @@ _NCHW = ENUMS["cudnnTensorFormat_t"]["CUDNN_TENSOR_NCHW"]
 DTYPE_CODE = {"float16": _DT["CUDNN_DATA_HALF"], "float32": _DT["CUDNN_DATA_FLOAT"], "float64": _DT["CUDNN_DATA_DOUBLE"]}
 
 
-def region(data, offset_bytes: int, dims: tuple, dtype: str):
-    """The sub-buffer of ``data`` holding a block: a pointer int, or a typed array view."""
-    raw = bg.byte_view(data)
-    if isinstance(raw, int):
-        return raw + offset_bytes
-    n = int(np.prod(dims)) * dtypes.itemsize(dtype)
-    return raw[offset_bytes:offset_bytes + n].view(dtypes.storage_dtype(dtype)).reshape(dims)
 
 
 def _check_ids(cfg, pseudoLayer, linLayerID, bias_only=False):
@@ -62,13 +56,14 @@ def getRNNWeightSpaceSize(handle, rnnDesc) -> int:
 def getRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weightSpace, linLayerID, mDesc, bDesc) -> tuple:
     """(mAddr, bAddr); mDesc/bDesc get dims {1, rows, cols} / {1, rows, 1}, or nbDims 0 and None
     when the matrix or bias does not exist (SKIP_INPUT layer 0, no projection, bias mode)."""
-    get_handle(handle)
+    h = get_handle(handle)
     cfg = config_of(v8_desc(rnnDesc))
     _check_ids(cfg, pseudoLayer, linLayerID)
     md = resolve(mDesc, TensorDescriptor, "mDesc", need_set=False) if not bg.is_null(mDesc) else None
     bd = resolve(bDesc, TensorDescriptor, "bDesc", need_set=False) if not bg.is_null(bDesc) else None
     _check_fits(cfg, weightSpaceSize, "weightSpaceSize")
     check(not bg.is_null(weightSpace), "weightSpace", "is NULL")
+    need = weight_space_size(cfg)
     mat, bias = lin_layer(cfg, int(pseudoLayer), int(linLayerID))
     out = []
     for blk, desc, bias_like in ((mat, md, False), (bias, bd, True)):
@@ -80,7 +75,8 @@ def getRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weightSpac
         dims = (1, blk.rows, 1 if bias_like else blk.cols)
         if desc is not None:
             desc.set(DTYPE_CODE[cfg.dtype], _NCHW, dims, packed_strides(dims))
-        out.append(region(weightSpace, blk.offset * dtypes.itemsize(cfg.dtype), dims, cfg.dtype))
+        out.append(buffer_at(h, weightSpace, "weightSpace", need, blk.offset * dtypes.itemsize(cfg.dtype), dims,
+                             cfg.dtype))
     return tuple(out)
 
 
@@ -113,15 +109,18 @@ def check_wdesc(cfg, wDesc, argname="wDesc"):
 
 
 def _lin_layer_params(handle, rnnDesc, pseudoLayer, xDesc, wDesc, w, linLayerID, outDesc, bias: bool, argname):
-    get_handle(handle)
+    h = get_handle(handle)
     cfg, _ = legacy_config(rnn_desc(rnnDesc), xDesc)
     wd = check_wdesc(cfg, wDesc)
     _check_ids(cfg, pseudoLayer, linLayerID, bias_only=bias)
     od = resolve(outDesc, FilterDescriptor, argname, need_set=False)
     check(not bg.is_null(w), "w", "is NULL")
-    check(bg.address(w) % dtypes.itemsize(cfg.dtype) == 0, "w",
-          f"address {bg.address(w):#x} is not aligned to the {dtypes.itemsize(cfg.dtype)}-byte data type")
-    _check_fits(cfg, int(np.prod(wd.dims)) * dtypes.itemsize(cfg.dtype), "wDesc")
+    need = int(np.prod(wd.dims)) * dtypes.itemsize(cfg.dtype)
+    _check_fits(cfg, need, "wDesc")
+    buffer_at(h, w, "w", need, 0, (0,), cfg.dtype)  # the checks of every data argument, before the address
+    addr = address(w)
+    if addr is not None and addr % dtypes.itemsize(cfg.dtype):
+        raise bad_param("w", f"address {addr:#x} is not aligned to the {dtypes.itemsize(cfg.dtype)}-byte data type")
     mat, bvec = lin_layer(cfg, int(pseudoLayer), int(linLayerID))
     blk = bvec if bias else mat
     if blk is None:  # 002: a zeroed descriptor and NULL
@@ -129,7 +128,7 @@ def _lin_layer_params(handle, rnnDesc, pseudoLayer, xDesc, wDesc, w, linLayerID,
         return None
     dims = (1, blk.rows, 1 if bias else blk.cols)
     od.set(DTYPE_CODE[cfg.dtype], _NCHW, dims, packed_strides(dims))
-    return region(w, blk.offset * dtypes.itemsize(cfg.dtype), dims, cfg.dtype)
+    return buffer_at(h, w, "w", need, blk.offset * dtypes.itemsize(cfg.dtype), dims, cfg.dtype)
 
 
 @legacy("cudnnGetRNNLinLayerMatrixParams")
