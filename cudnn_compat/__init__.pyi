@@ -798,9 +798,10 @@ def LRNCrossChannelBackward(handle: _Handle | int, normDesc: _LRNDescriptor | in
         A cudnnLRNMode_t value: an int, normally a module constant (CUDNN_LRN_CROSS_CHANNEL_DIM1); NumPy
         integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -823,9 +824,10 @@ def LRNCrossChannelBackward(handle: _Handle | int, normDesc: _LRNDescriptor | in
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -876,9 +878,10 @@ def LRNCrossChannelForward(handle: _Handle | int, normDesc: _LRNDescriptor | int
         A cudnnLRNMode_t value: an int, normally a module constant (CUDNN_LRN_CROSS_CHANNEL_DIM1); NumPy
         integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -887,9 +890,10 @@ def LRNCrossChannelForward(handle: _Handle | int, normDesc: _LRNDescriptor | int
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -2248,9 +2252,10 @@ def activationBackward(handle: _Handle | int, activationDesc: _ActivationDescrip
     activationDesc : descriptor cudnnActivationDescriptor_t
         A cudnnActivationDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -2273,9 +2278,10 @@ def activationBackward(handle: _Handle | int, activationDesc: _ActivationDescrip
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -2327,9 +2333,10 @@ def activationBackward_v4(handle: _Handle | int, activationDesc: _ActivationDesc
     activationDesc : descriptor cudnnActivationDescriptor_t
         A cudnnActivationDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -2352,9 +2359,10 @@ def activationBackward_v4(handle: _Handle | int, activationDesc: _ActivationDesc
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -2405,9 +2413,10 @@ def activationForward(handle: _Handle | int, activationDesc: _ActivationDescript
     activationDesc : descriptor cudnnActivationDescriptor_t
         A cudnnActivationDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -2416,9 +2425,10 @@ def activationForward(handle: _Handle | int, activationDesc: _ActivationDescript
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -2470,9 +2480,10 @@ def activationForward_v4(handle: _Handle | int, activationDesc: _ActivationDescr
     activationDesc : descriptor cudnnActivationDescriptor_t
         A cudnnActivationDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -2481,9 +2492,10 @@ def activationForward_v4(handle: _Handle | int, activationDesc: _ActivationDescr
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -2532,9 +2544,10 @@ def addTensor(handle: _Handle | int, alpha: float, aDesc: _TensorDescriptor | in
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     aDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     A_data : buffer (pointer) (C A)
@@ -2543,9 +2556,10 @@ def addTensor(handle: _Handle | int, alpha: float, aDesc: _TensorDescriptor | in
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     cDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     C_data : buffer (pointer) (C C)
@@ -2604,9 +2618,10 @@ def addTensor_v3(handle: _Handle | int, alpha: float, aDesc: _TensorDescriptor |
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     aDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     A_data : buffer (pointer) (C A)
@@ -2615,9 +2630,10 @@ def addTensor_v3(handle: _Handle | int, alpha: float, aDesc: _TensorDescriptor |
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     cDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     C_data : buffer (pointer) (C C)
@@ -2989,21 +3005,25 @@ def batchNormalizationBackward(handle: _Handle | int, mode: int, alphaDataDiff: 
         (CUDNN_BATCHNORM_PER_ACTIVATION, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_SPATIAL_PERSISTENT);
         NumPy integers and 0-d integer arrays too, never a float or a bool.
     alphaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     alphaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -3105,21 +3125,25 @@ def batchNormalizationBackwardEx(handle: _Handle | int, mode: int, bnOps: int, a
         CUDNN_BATCHNORM_OPS_BN_ACTIVATION, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION); NumPy integers and
         0-d integer arrays too, never a float or a bool.
     alphaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     alphaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     xData : buffer (pointer)
@@ -3247,13 +3271,15 @@ def batchNormalizationForwardInference(handle: _Handle | int, mode: int, alpha: 
         (CUDNN_BATCHNORM_PER_ACTIVATION, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_SPATIAL_PERSISTENT);
         NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -3336,13 +3362,15 @@ def batchNormalizationForwardTraining(handle: _Handle | int, mode: int, alpha: f
         (CUDNN_BATCHNORM_PER_ACTIVATION, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_SPATIAL_PERSISTENT);
         NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -3447,13 +3475,15 @@ def batchNormalizationForwardTrainingEx(handle: _Handle | int, mode: int, bnOps:
         CUDNN_BATCHNORM_OPS_BN_ACTIVATION, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION); NumPy integers and
         0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     xData : buffer (pointer)
@@ -3814,9 +3844,10 @@ def convolutionBackwardBias(handle: _Handle | int, alpha: float, dyDesc: _Tensor
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dyDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dy : buffer (pointer)
@@ -3825,9 +3856,10 @@ def convolutionBackwardBias(handle: _Handle | int, alpha: float, dyDesc: _Tensor
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dbDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     db : buffer (pointer)
@@ -3869,9 +3901,10 @@ def convolutionBackwardData(handle: _Handle | int, alpha: float, wDesc: _FilterD
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     wDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     w : buffer (pointer)
@@ -3902,9 +3935,10 @@ def convolutionBackwardData(handle: _Handle | int, alpha: float, wDesc: _FilterD
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -3953,9 +3987,10 @@ def convolutionBackwardData_v3(handle: _Handle | int, alpha: float, wDesc: _Filt
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     wDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     w : buffer (pointer)
@@ -3986,9 +4021,10 @@ def convolutionBackwardData_v3(handle: _Handle | int, alpha: float, wDesc: _Filt
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -4037,9 +4073,10 @@ def convolutionBackwardFilter(handle: _Handle | int, alpha: float, xDesc: _Tenso
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -4070,9 +4107,10 @@ def convolutionBackwardFilter(handle: _Handle | int, alpha: float, xDesc: _Tenso
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dwDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dw : buffer (pointer)
@@ -4119,9 +4157,10 @@ def convolutionBackwardFilter_v3(handle: _Handle | int, alpha: float, xDesc: _Te
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -4152,9 +4191,10 @@ def convolutionBackwardFilter_v3(handle: _Handle | int, alpha: float, xDesc: _Te
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dwDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dw : buffer (pointer)
@@ -4203,9 +4243,10 @@ def convolutionBiasActivationForward(handle: _Handle | int, alpha1: float, xDesc
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha1 : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -4236,9 +4277,10 @@ def convolutionBiasActivationForward(handle: _Handle | int, alpha1: float, xDesc
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     alpha2 : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     zDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     z : buffer (pointer)
@@ -4304,9 +4346,10 @@ def convolutionForward(handle: _Handle | int, alpha: float, xDesc: _TensorDescri
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -4337,9 +4380,10 @@ def convolutionForward(handle: _Handle | int, alpha: float, xDesc: _TensorDescri
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -5076,9 +5120,10 @@ def cudnnActivationBackward(handle: _Handle | int, activationDesc: _ActivationDe
     activationDesc : descriptor cudnnActivationDescriptor_t
         A cudnnActivationDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -5101,9 +5146,10 @@ def cudnnActivationBackward(handle: _Handle | int, activationDesc: _ActivationDe
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -5155,9 +5201,10 @@ def cudnnActivationBackward_v4(handle: _Handle | int, activationDesc: _Activatio
     activationDesc : descriptor cudnnActivationDescriptor_t
         A cudnnActivationDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -5180,9 +5227,10 @@ def cudnnActivationBackward_v4(handle: _Handle | int, activationDesc: _Activatio
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -5233,9 +5281,10 @@ def cudnnActivationForward(handle: _Handle | int, activationDesc: _ActivationDes
     activationDesc : descriptor cudnnActivationDescriptor_t
         A cudnnActivationDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -5244,9 +5293,10 @@ def cudnnActivationForward(handle: _Handle | int, activationDesc: _ActivationDes
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -5298,9 +5348,10 @@ def cudnnActivationForward_v4(handle: _Handle | int, activationDesc: _Activation
     activationDesc : descriptor cudnnActivationDescriptor_t
         A cudnnActivationDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -5309,9 +5360,10 @@ def cudnnActivationForward_v4(handle: _Handle | int, activationDesc: _Activation
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -5360,9 +5412,10 @@ def cudnnAddTensor(handle: _Handle | int, alpha: float, aDesc: _TensorDescriptor
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     aDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     A_data : buffer (pointer) (C A)
@@ -5371,9 +5424,10 @@ def cudnnAddTensor(handle: _Handle | int, alpha: float, aDesc: _TensorDescriptor
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     cDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     C_data : buffer (pointer) (C C)
@@ -5432,9 +5486,10 @@ def cudnnAddTensor_v3(handle: _Handle | int, alpha: float, aDesc: _TensorDescrip
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     aDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     A_data : buffer (pointer) (C A)
@@ -5443,9 +5498,10 @@ def cudnnAddTensor_v3(handle: _Handle | int, alpha: float, aDesc: _TensorDescrip
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     cDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     C_data : buffer (pointer) (C C)
@@ -5817,21 +5873,25 @@ def cudnnBatchNormalizationBackward(handle: _Handle | int, mode: int, alphaDataD
         (CUDNN_BATCHNORM_PER_ACTIVATION, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_SPATIAL_PERSISTENT);
         NumPy integers and 0-d integer arrays too, never a float or a bool.
     alphaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     alphaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -5933,21 +5993,25 @@ def cudnnBatchNormalizationBackwardEx(handle: _Handle | int, mode: int, bnOps: i
         CUDNN_BATCHNORM_OPS_BN_ACTIVATION, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION); NumPy integers and
         0-d integer arrays too, never a float or a bool.
     alphaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     alphaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     xData : buffer (pointer)
@@ -6075,13 +6139,15 @@ def cudnnBatchNormalizationForwardInference(handle: _Handle | int, mode: int, al
         (CUDNN_BATCHNORM_PER_ACTIVATION, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_SPATIAL_PERSISTENT);
         NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -6164,13 +6230,15 @@ def cudnnBatchNormalizationForwardTraining(handle: _Handle | int, mode: int, alp
         (CUDNN_BATCHNORM_PER_ACTIVATION, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_SPATIAL_PERSISTENT);
         NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -6275,13 +6343,15 @@ def cudnnBatchNormalizationForwardTrainingEx(handle: _Handle | int, mode: int, b
         CUDNN_BATCHNORM_OPS_BN_ACTIVATION, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION); NumPy integers and
         0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     xData : buffer (pointer)
@@ -6639,9 +6709,10 @@ def cudnnConvolutionBackwardBias(handle: _Handle | int, alpha: float, dyDesc: _T
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dyDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dy : buffer (pointer)
@@ -6650,9 +6721,10 @@ def cudnnConvolutionBackwardBias(handle: _Handle | int, alpha: float, dyDesc: _T
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dbDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     db : buffer (pointer)
@@ -6694,9 +6766,10 @@ def cudnnConvolutionBackwardData(handle: _Handle | int, alpha: float, wDesc: _Fi
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     wDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     w : buffer (pointer)
@@ -6727,9 +6800,10 @@ def cudnnConvolutionBackwardData(handle: _Handle | int, alpha: float, wDesc: _Fi
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -6778,9 +6852,10 @@ def cudnnConvolutionBackwardData_v3(handle: _Handle | int, alpha: float, wDesc: 
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     wDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     w : buffer (pointer)
@@ -6811,9 +6886,10 @@ def cudnnConvolutionBackwardData_v3(handle: _Handle | int, alpha: float, wDesc: 
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -6862,9 +6938,10 @@ def cudnnConvolutionBackwardFilter(handle: _Handle | int, alpha: float, xDesc: _
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -6895,9 +6972,10 @@ def cudnnConvolutionBackwardFilter(handle: _Handle | int, alpha: float, xDesc: _
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dwDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dw : buffer (pointer)
@@ -6944,9 +7022,10 @@ def cudnnConvolutionBackwardFilter_v3(handle: _Handle | int, alpha: float, xDesc
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -6977,9 +7056,10 @@ def cudnnConvolutionBackwardFilter_v3(handle: _Handle | int, alpha: float, xDesc
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dwDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dw : buffer (pointer)
@@ -7028,9 +7108,10 @@ def cudnnConvolutionBiasActivationForward(handle: _Handle | int, alpha1: float, 
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha1 : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -7061,9 +7142,10 @@ def cudnnConvolutionBiasActivationForward(handle: _Handle | int, alpha1: float, 
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     alpha2 : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     zDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     z : buffer (pointer)
@@ -7129,9 +7211,10 @@ def cudnnConvolutionForward(handle: _Handle | int, alpha: float, xDesc: _TensorD
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -7162,9 +7245,10 @@ def cudnnConvolutionForward(handle: _Handle | int, alpha: float, xDesc: _TensorD
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -8633,9 +8717,10 @@ def cudnnDivisiveNormalizationBackward(handle: _Handle | int, normDesc: _LRNDesc
         (CUDNN_DIVNORM_PRECOMPUTED_MEANS); NumPy integers and 0-d integer arrays too, never a float or a
         bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -8664,9 +8749,10 @@ def cudnnDivisiveNormalizationBackward(handle: _Handle | int, normDesc: _LRNDesc
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dXdMeansDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -8722,9 +8808,10 @@ def cudnnDivisiveNormalizationForward(handle: _Handle | int, normDesc: _LRNDescr
         (CUDNN_DIVNORM_PRECOMPUTED_MEANS); NumPy integers and 0-d integer arrays too, never a float or a
         bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -8748,9 +8835,10 @@ def cudnnDivisiveNormalizationForward(handle: _Handle | int, normDesc: _LRNDescr
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -13128,9 +13216,10 @@ def cudnnLRNCrossChannelBackward(handle: _Handle | int, normDesc: _LRNDescriptor
         A cudnnLRNMode_t value: an int, normally a module constant (CUDNN_LRN_CROSS_CHANNEL_DIM1); NumPy
         integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -13153,9 +13242,10 @@ def cudnnLRNCrossChannelBackward(handle: _Handle | int, normDesc: _LRNDescriptor
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -13206,9 +13296,10 @@ def cudnnLRNCrossChannelForward(handle: _Handle | int, normDesc: _LRNDescriptor 
         A cudnnLRNMode_t value: an int, normally a module constant (CUDNN_LRN_CROSS_CHANNEL_DIM1); NumPy
         integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -13217,9 +13308,10 @@ def cudnnLRNCrossChannelForward(handle: _Handle | int, normDesc: _LRNDescriptor 
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -13642,21 +13734,25 @@ def cudnnNormalizationBackward(handle: _Handle | int, mode: int, normOps: int, a
         A cudnnNormAlgo_t value: an int, normally a module constant (CUDNN_NORM_ALGO_STANDARD,
         CUDNN_NORM_ALGO_PERSIST); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alphaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     alphaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     xData : buffer (pointer)
@@ -13798,13 +13894,15 @@ def cudnnNormalizationForwardInference(handle: _Handle | int, mode: int, normOps
         A cudnnNormAlgo_t value: an int, normally a module constant (CUDNN_NORM_ALGO_STANDARD,
         CUDNN_NORM_ALGO_PERSIST); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -13909,13 +14007,15 @@ def cudnnNormalizationForwardTraining(handle: _Handle | int, mode: int, normOps:
         A cudnnNormAlgo_t value: an int, normally a module constant (CUDNN_NORM_ALGO_STANDARD,
         CUDNN_NORM_ALGO_PERSIST); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     xData : buffer (pointer)
@@ -14036,9 +14136,10 @@ def cudnnOpTensor(handle: _Handle | int, opTensorDesc: _OpTensorDescriptor | int
     opTensorDesc : descriptor cudnnOpTensorDescriptor_t
         A cudnnOpTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha1 : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     aDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     A : buffer (pointer)
@@ -14047,9 +14148,10 @@ def cudnnOpTensor(handle: _Handle | int, opTensorDesc: _OpTensorDescriptor | int
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     alpha2 : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     bDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     B : buffer (pointer)
@@ -14058,9 +14160,10 @@ def cudnnOpTensor(handle: _Handle | int, opTensorDesc: _OpTensorDescriptor | int
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     cDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     C : buffer (pointer)
@@ -14165,9 +14268,10 @@ def cudnnPoolingBackward(handle: _Handle | int, poolingDesc: _PoolingDescriptor 
     poolingDesc : descriptor cudnnPoolingDescriptor_t
         A cudnnPoolingDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -14190,9 +14294,10 @@ def cudnnPoolingBackward(handle: _Handle | int, poolingDesc: _PoolingDescriptor 
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -14243,9 +14348,10 @@ def cudnnPoolingForward(handle: _Handle | int, poolingDesc: _PoolingDescriptor |
     poolingDesc : descriptor cudnnPoolingDescriptor_t
         A cudnnPoolingDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -14254,9 +14360,10 @@ def cudnnPoolingForward(handle: _Handle | int, poolingDesc: _PoolingDescriptor |
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -15665,9 +15772,10 @@ def cudnnReduceTensor(handle: _Handle | int, reduceTensorDesc: _ReduceTensorDesc
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     aDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     A : buffer (pointer)
@@ -15676,9 +15784,10 @@ def cudnnReduceTensor(handle: _Handle | int, reduceTensorDesc: _ReduceTensorDesc
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     cDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     C : buffer (pointer)
@@ -15918,9 +16027,10 @@ def cudnnScaleTensor(handle: _Handle | int, yDesc: _TensorDescriptor | int, y: _
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
 
     Returns
     -------
@@ -17394,9 +17504,10 @@ def cudnnSetRNNDataDescriptor(RNNDataDesc: _RNNDataDescriptor | int, dataType: i
         A C array of int: a sequence or NumPy array of integers, each in range; a ctypes pointer (read
         as in C); None or 0 for NULL.
     paddingFill = None : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
 
     Returns
     -------
@@ -17807,9 +17918,10 @@ def cudnnSetSeqDataDescriptor(seqDataDesc: _SeqDataDescriptor | int, dataType: i
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     paddingFill = None : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
 
     Returns
     -------
@@ -17971,9 +18083,10 @@ def cudnnSetTensor(handle: _Handle | int, yDesc: _TensorDescriptor | int, y: _Bu
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     valuePtr : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
 
     Returns
     -------
@@ -18281,9 +18394,10 @@ def cudnnSoftmaxBackward(handle: _Handle | int, algorithm: int, mode: int, alpha
         A cudnnSoftmaxMode_t value: an int, normally a module constant (CUDNN_SOFTMAX_MODE_INSTANCE,
         CUDNN_SOFTMAX_MODE_CHANNEL); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -18299,9 +18413,10 @@ def cudnnSoftmaxBackward(handle: _Handle | int, algorithm: int, mode: int, alpha
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -18357,9 +18472,10 @@ def cudnnSoftmaxForward(handle: _Handle | int, algorithm: int, mode: int, alpha:
         A cudnnSoftmaxMode_t value: an int, normally a module constant (CUDNN_SOFTMAX_MODE_INSTANCE,
         CUDNN_SOFTMAX_MODE_CHANNEL); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -18368,9 +18484,10 @@ def cudnnSoftmaxForward(handle: _Handle | int, algorithm: int, mode: int, alpha:
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -18515,9 +18632,10 @@ def cudnnSpatialTfSamplerBackward(handle: _Handle | int, stDesc: _SpatialTransfo
         A cudnnSpatialTransformerDescriptor_t: the object its cudnnCreate* function returned, or its int
         value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -18526,9 +18644,10 @@ def cudnnSpatialTfSamplerBackward(handle: _Handle | int, stDesc: _SpatialTransfo
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -18537,9 +18656,10 @@ def cudnnSpatialTfSamplerBackward(handle: _Handle | int, stDesc: _SpatialTransfo
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     alphaDgrid : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dyDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dy : buffer (pointer)
@@ -18553,9 +18673,10 @@ def cudnnSpatialTfSamplerBackward(handle: _Handle | int, stDesc: _SpatialTransfo
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     betaDgrid : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dgrid : buffer (pointer)
         A buffer: on the CPU place a NumPy array, an object with the buffer protocol,
         __array_interface__ or DLPack, or a ctypes pointer (c_void_p, byref, arr.ctypes); on the GPU
@@ -18601,9 +18722,10 @@ def cudnnSpatialTfSamplerForward(handle: _Handle | int, stDesc: _SpatialTransfor
         A cudnnSpatialTransformerDescriptor_t: the object its cudnnCreate* function returned, or its int
         value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -18617,9 +18739,10 @@ def cudnnSpatialTfSamplerForward(handle: _Handle | int, stDesc: _SpatialTransfor
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -18665,9 +18788,10 @@ def cudnnTransformFilter(handle: _Handle | int, transDesc: _TensorTransformDescr
         A cudnnTensorTransformDescriptor_t: the object its cudnnCreate* function returned, or its int
         value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     srcDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     srcData : buffer (pointer)
@@ -18676,9 +18800,10 @@ def cudnnTransformFilter(handle: _Handle | int, transDesc: _TensorTransformDescr
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     destDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     destData : buffer (pointer)
@@ -18722,9 +18847,10 @@ def cudnnTransformTensor(handle: _Handle | int, alpha: float, xDesc: _TensorDesc
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -18733,9 +18859,10 @@ def cudnnTransformTensor(handle: _Handle | int, alpha: float, xDesc: _TensorDesc
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -18784,9 +18911,10 @@ def cudnnTransformTensorEx(handle: _Handle | int, transDesc: _TensorTransformDes
         A cudnnTensorTransformDescriptor_t: the object its cudnnCreate* function returned, or its int
         value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     srcDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     srcData : buffer (pointer)
@@ -18795,9 +18923,10 @@ def cudnnTransformTensorEx(handle: _Handle | int, transDesc: _TensorTransformDes
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     destDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     destData : buffer (pointer)
@@ -19580,9 +19709,10 @@ def divisiveNormalizationBackward(handle: _Handle | int, normDesc: _LRNDescripto
         (CUDNN_DIVNORM_PRECOMPUTED_MEANS); NumPy integers and 0-d integer arrays too, never a float or a
         bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -19611,9 +19741,10 @@ def divisiveNormalizationBackward(handle: _Handle | int, normDesc: _LRNDescripto
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dXdMeansDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -19669,9 +19800,10 @@ def divisiveNormalizationForward(handle: _Handle | int, normDesc: _LRNDescriptor
         (CUDNN_DIVNORM_PRECOMPUTED_MEANS); NumPy integers and 0-d integer arrays too, never a float or a
         bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -19695,9 +19827,10 @@ def divisiveNormalizationForward(handle: _Handle | int, normDesc: _LRNDescriptor
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -24326,21 +24459,25 @@ def normalizationBackward(handle: _Handle | int, mode: int, normOps: int, algo: 
         A cudnnNormAlgo_t value: an int, normally a module constant (CUDNN_NORM_ALGO_STANDARD,
         CUDNN_NORM_ALGO_PERSIST); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alphaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaDataDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     alphaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     betaParamDiff : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     xData : buffer (pointer)
@@ -24482,13 +24619,15 @@ def normalizationForwardInference(handle: _Handle | int, mode: int, normOps: int
         A cudnnNormAlgo_t value: an int, normally a module constant (CUDNN_NORM_ALGO_STANDARD,
         CUDNN_NORM_ALGO_PERSIST); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -24593,13 +24732,15 @@ def normalizationForwardTraining(handle: _Handle | int, mode: int, normOps: int,
         A cudnnNormAlgo_t value: an int, normally a module constant (CUDNN_NORM_ALGO_STANDARD,
         CUDNN_NORM_ALGO_PERSIST); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     xData : buffer (pointer)
@@ -24720,9 +24861,10 @@ def opTensor(handle: _Handle | int, opTensorDesc: _OpTensorDescriptor | int, alp
     opTensorDesc : descriptor cudnnOpTensorDescriptor_t
         A cudnnOpTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha1 : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     aDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     A : buffer (pointer)
@@ -24731,9 +24873,10 @@ def opTensor(handle: _Handle | int, opTensorDesc: _OpTensorDescriptor | int, alp
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     alpha2 : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     bDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     B : buffer (pointer)
@@ -24742,9 +24885,10 @@ def opTensor(handle: _Handle | int, opTensorDesc: _OpTensorDescriptor | int, alp
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     cDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     C : buffer (pointer)
@@ -24855,9 +24999,10 @@ def poolingBackward(handle: _Handle | int, poolingDesc: _PoolingDescriptor | int
     poolingDesc : descriptor cudnnPoolingDescriptor_t
         A cudnnPoolingDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -24880,9 +25025,10 @@ def poolingBackward(handle: _Handle | int, poolingDesc: _PoolingDescriptor | int
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -24933,9 +25079,10 @@ def poolingForward(handle: _Handle | int, poolingDesc: _PoolingDescriptor | int,
     poolingDesc : descriptor cudnnPoolingDescriptor_t
         A cudnnPoolingDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -24944,9 +25091,10 @@ def poolingForward(handle: _Handle | int, poolingDesc: _PoolingDescriptor | int,
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -25048,9 +25196,10 @@ def reduceTensor(handle: _Handle | int, reduceTensorDesc: _ReduceTensorDescripto
         An integer: a Python int or bool, a NumPy integer, a 0-d integer array or an integral float
         (2.0), in the range of a C size_t [0, 2^64-1].
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     aDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     A : buffer (pointer)
@@ -25059,9 +25208,10 @@ def reduceTensor(handle: _Handle | int, reduceTensorDesc: _ReduceTensorDescripto
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     cDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     C : buffer (pointer)
@@ -25301,9 +25451,10 @@ def scaleTensor(handle: _Handle | int, yDesc: _TensorDescriptor | int, y: _Buffe
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
 
     Returns
     -------
@@ -26675,9 +26826,10 @@ def setRNNDataDescriptor(RNNDataDesc: _RNNDataDescriptor | int, dataType: int, l
         A C array of int: a sequence or NumPy array of integers, each in range; a ctypes pointer (read
         as in C); None or 0 for NULL.
     paddingFill = None : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
 
     Returns
     -------
@@ -27088,9 +27240,10 @@ def setSeqDataDescriptor(seqDataDesc: _SeqDataDescriptor | int, dataType: int, n
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     paddingFill = None : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
 
     Returns
     -------
@@ -27252,9 +27405,10 @@ def setTensor(handle: _Handle | int, yDesc: _TensorDescriptor | int, y: _Buffer,
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     valuePtr : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
 
     Returns
     -------
@@ -27562,9 +27716,10 @@ def softmaxBackward(handle: _Handle | int, algorithm: int, mode: int, alpha: flo
         A cudnnSoftmaxMode_t value: an int, normally a module constant (CUDNN_SOFTMAX_MODE_INSTANCE,
         CUDNN_SOFTMAX_MODE_CHANNEL); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -27580,9 +27735,10 @@ def softmaxBackward(handle: _Handle | int, algorithm: int, mode: int, alpha: flo
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -27638,9 +27794,10 @@ def softmaxForward(handle: _Handle | int, algorithm: int, mode: int, alpha: floa
         A cudnnSoftmaxMode_t value: an int, normally a module constant (CUDNN_SOFTMAX_MODE_INSTANCE,
         CUDNN_SOFTMAX_MODE_CHANNEL); NumPy integers and 0-d integer arrays too, never a float or a bool.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -27649,9 +27806,10 @@ def softmaxForward(handle: _Handle | int, algorithm: int, mode: int, alpha: floa
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -27796,9 +27954,10 @@ def spatialTfSamplerBackward(handle: _Handle | int, stDesc: _SpatialTransformerD
         A cudnnSpatialTransformerDescriptor_t: the object its cudnnCreate* function returned, or its int
         value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -27807,9 +27966,10 @@ def spatialTfSamplerBackward(handle: _Handle | int, stDesc: _SpatialTransformerD
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dxDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dx : buffer (pointer)
@@ -27818,9 +27978,10 @@ def spatialTfSamplerBackward(handle: _Handle | int, stDesc: _SpatialTransformerD
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     alphaDgrid : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dyDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     dy : buffer (pointer)
@@ -27834,9 +27995,10 @@ def spatialTfSamplerBackward(handle: _Handle | int, stDesc: _SpatialTransformerD
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     betaDgrid : host scalar (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     dgrid : buffer (pointer)
         A buffer: on the CPU place a NumPy array, an object with the buffer protocol,
         __array_interface__ or DLPack, or a ctypes pointer (c_void_p, byref, arr.ctypes); on the GPU
@@ -27882,9 +28044,10 @@ def spatialTfSamplerForward(handle: _Handle | int, stDesc: _SpatialTransformerDe
         A cudnnSpatialTransformerDescriptor_t: the object its cudnnCreate* function returned, or its int
         value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -27898,9 +28061,10 @@ def spatialTfSamplerForward(handle: _Handle | int, stDesc: _SpatialTransformerDe
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -27946,9 +28110,10 @@ def transformFilter(handle: _Handle | int, transDesc: _TensorTransformDescriptor
         A cudnnTensorTransformDescriptor_t: the object its cudnnCreate* function returned, or its int
         value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     srcDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     srcData : buffer (pointer)
@@ -27957,9 +28122,10 @@ def transformFilter(handle: _Handle | int, transDesc: _TensorTransformDescriptor
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     destDesc : descriptor cudnnFilterDescriptor_t
         A cudnnFilterDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     destData : buffer (pointer)
@@ -28003,9 +28169,10 @@ def transformTensor(handle: _Handle | int, alpha: float, xDesc: _TensorDescripto
     handle : handle
         A handle: the object cudnnCreate returned, or its int value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     xDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     x : buffer (pointer)
@@ -28014,9 +28181,10 @@ def transformTensor(handle: _Handle | int, alpha: float, xDesc: _TensorDescripto
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     yDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     y : buffer (pointer)
@@ -28065,9 +28233,10 @@ def transformTensorEx(handle: _Handle | int, transDesc: _TensorTransformDescript
         A cudnnTensorTransformDescriptor_t: the object its cudnnCreate* function returned, or its int
         value.
     alpha : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     srcDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     srcData : buffer (pointer)
@@ -28076,9 +28245,10 @@ def transformTensorEx(handle: _Handle | int, transDesc: _TensorTransformDescript
         place a CuPy array, an object with __cuda_array_interface__ or DLPack, or a device pointer int;
         None or 0 for NULL where 002 allows it; its dtype must be the descriptor's data type (or uint8).
     beta : scaling factor (a Python number; a host pointer in C)
-        A number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array or
-        ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes),
-        read as float, or double for double data, as C does.
+        A number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a
+        host address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array or ctypes number; or
+        a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), read as float, or
+        double for double data, as C does.
     destDesc : descriptor cudnnTensorDescriptor_t
         A cudnnTensorDescriptor_t: the object its cudnnCreate* function returned, or its int value.
     destData : buffer (pointer)

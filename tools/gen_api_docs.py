@@ -190,7 +190,8 @@ FORMS = {
     "handle": "a handle: the object cudnnCreate returned, or its int value",
     "desc": "a {ctype}: the object its cudnnCreate* function returned, or its int value",
     "desc[]": "a sequence of {ctype} (the objects, or their int values), one per entry",
-    "scalar": "a number, always read as the value: a Python int, float or bool, a NumPy scalar, a 0-d array "
+    "scalar": "a number, read as the value: a Python int (of magnitude below 2**31: a larger int looks like a host "
+              "address and is BAD_PARAM), float or bool, a NumPy scalar, a 0-d array "
               "or ctypes number; or a host pointer to it (ctypes.c_void_p(addr), ctypes.byref(c), arr.ctypes), "
               "read as float, or double for double data, as C does",
     "host[]": "a host int array: a sequence or NumPy array of ints, a ctypes pointer, or a host pointer int "
