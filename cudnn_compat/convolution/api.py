@@ -365,14 +365,16 @@ def _scratch(h, nbytes: int):
     return np.zeros(max(nbytes, 1), np.uint8)
 
 
-FIND_REPS = 3  # timed runs per candidate on a GPU handle, after one untimed warm-up run
+FIND_REPS = 3  # timed repetitions per candidate on a GPU handle, after one untimed warm-up run
+FIND_CALLS = 4  # back-to-back calls per repetition: the GPU time, not the host cost of one call
 
 
 def _time_ms(h, fn) -> float:
     """Milliseconds of one ``fn()`` as Find reports it.  GPU handle: one warm-up run (first-run
-    costs: pack and graph creation, lazy module loads), then the fastest of FIND_REPS runs between
-    CUDA events on the handle's stream, as cuDNN's own Find and torch's benchmark mode time; the
-    CPU place: one run, wall time."""
+    costs: pack and graph creation, lazy module loads), then FIND_REPS repetitions of FIND_CALLS
+    back-to-back calls between CUDA events on the handle's stream, the fastest repetition's time
+    per call (as cuDNN's own Find and torch's benchmark mode time: queued calls, so the host
+    cost of one call does not count as kernel time); the CPU place: one run, wall time."""
     if h.place != "gpu":
         t0 = time.perf_counter()
         fn()
@@ -381,13 +383,14 @@ def _time_ms(h, fn) -> float:
     stream = h.stream or cupy.cuda.get_current_stream()
     fn()
     best = float("inf")
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
     for _ in range(FIND_REPS):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record(stream)
-        fn()
+        for _ in range(FIND_CALLS):
+            fn()
         end.record(stream)
         end.synchronize()
-        best = min(best, cupy.cuda.get_elapsed_time(start, end))
+        best = min(best, cupy.cuda.get_elapsed_time(start, end) / FIND_CALLS)
     return best
 
 
