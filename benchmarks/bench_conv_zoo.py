@@ -123,9 +123,10 @@ def ours(pb: Problem, h, direction: str, row: dict, iters: int, reps: int):
     call()
     plan = cc._core.call.last_plan()
     row["ours_algo"], row["ours_engine"], row["ours_config"] = best.algo, plan.engine, str(plan.config)
-    timed = getattr(plan, "autotune", None) or []
+    spec = getattr(plan, "spec", None)  # a cudnn plan: every config timed for its graph (autotune.TIMES)
+    timed = sorted(autotune.table(spec, plan.device).items(), key=lambda ct: ct[1]) if spec is not None else []
     row["ours_timed"] = len(timed)
-    row["ours_top"] = [(c, round(t, 4)) for c, t in timed[:3]]
+    row["ours_top"] = [(str(c), round(t, 4)) for c, t in timed[:3]]
     row["ours_ms"] = cuda_time(call, iters, reps, warm=2)["ms"]
     for d in (xd, yd):
         cc.cudnnDestroyTensorDescriptor(d)

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import cudnn_compat as cc
 from cudnn_compat._backend.engines.base import EngineConfig
 from cudnn_compat._backend.engines.cudnn_engine import autotune as tune
 from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
@@ -421,3 +422,58 @@ def test_variety_picks_skip_runtime_compiled_and_huge_workspace_configs(engine, 
         assert timed[0][0].index == 78
     finally:
         del SPEED[78], SPEED[18]
+
+
+# -- Find's perf results on a fake cudnn backend ---------------------------------------------------------------
+
+class FakePlan:
+    def __init__(self, engine, config, workspace):
+        self.engine, self.config, self.workspace_size = engine, config, workspace
+
+
+@pytest.mark.parametrize("query", ["fwd", "bwd_filter"])
+def test_find_reports_each_plans_own_time_memory_determinism_and_math_type(handle, monkeypatch, query):
+    """Find through the legacy layer with the plans replaced by fake cudnn plans: every supported
+    algorithm is reported with its plan's measured time (sorted), its workspace, the determinism its
+    config's notes say and the math type it ran with; algorithms whose plans got the same native
+    config are timed once (the autotune gave them the same winner)."""
+    from cudnn_compat.convolution import api
+    from conv_util import cdesc, fdesc
+    from conftest import tdesc
+    xs, ws_, ys = (2, 3, 6, 6), (4, 3, 3, 3), (2, 4, 6, 6)
+    xd, wd, yd, cd = tdesc(xs), fdesc(ws_), tdesc(ys), cdesc((1, 1))
+    fast = cfg(45, "DETERMINISTIC", "TENSOR_CORE")
+    atomics = cfg(0, "NONDETERMINISTIC", "FALLBACK")
+    other = cfg(12, "DETERMINISTIC")
+    by_algo = {"IMPLICIT_GEMM": (other, 0), "IMPLICIT_PRECOMP_GEMM": (fast, 4096), "GEMM": (fast, 4096),
+               "ALGO_0": (atomics, 512), "ALGO_1": (fast, 4096), "ALGO_3": (atomics, 512)}
+    speed = {45: 0.25, 0: 0.5, 12: 1.5}
+
+    def need(h, call, name, math):
+        c, w = by_algo.get(name, (other, 0))
+        return w, FakePlan("cudnn", c, w)
+    timed, current = [], [None]
+
+    def time_ms(h, fn):  # the time of the plan _need gave last
+        timed.append(current[0])
+        return speed[current[0].index]
+
+    def need_and_note(h, call, name, math):
+        got = need(h, call, name, math)
+        current[0] = got[1].config
+        return got
+    monkeypatch.setattr(api, "_need", need_and_note)
+    monkeypatch.setattr(api, "_time_ms", time_ms)
+    if query == "fwd":
+        perf = cc.findConvolutionForwardAlgorithm(handle, xd, wd, cd, yd, 20)
+    else:
+        perf = cc.findConvolutionBackwardFilterAlgorithm(handle, xd, yd, cd, wd, 20)
+    good = [p for p in perf if p.status == cc.CUDNN_STATUS_SUCCESS]
+    assert good and [p.time for p in good] == sorted(p.time for p in good)
+    assert len(timed) == len(set(timed))  # one timing per native config
+    names = {v: k for k, v in (api.FWD if query == "fwd" else api.BWD_FILTER).algos().items()}
+    for p in good:
+        c, w = by_algo.get(names[p.algo], (other, 0))
+        assert p.time == speed[c.index] and p.memory == w
+        assert p.determinism == (cc.CUDNN_NON_DETERMINISTIC if "NONDETERMINISTIC" in c.notes else cc.CUDNN_DETERMINISTIC)
+        assert p.mathType == cc.CUDNN_DEFAULT_MATH  # convDesc's (no Tensor Cores on the CPU place)

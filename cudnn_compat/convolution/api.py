@@ -396,10 +396,12 @@ def _time_ms(h, fn) -> float:
 
 def _find(dr: Direction, h, call: ConvCall, n: int, datas, workspace=None, workspace_size=None) -> list:
     """Time every supported (algo, math type) through the plan path (``_time_ms``), alpha=1, beta=0 into the
-    output buffer; sorted by measured time, failures last.  ``workspace_size`` None: allocate each
+    output buffer; sorted by measured time, failures last.  Algorithms whose plans run the same native
+    engine config (the cudnn engine's autotune gave them the same winner) are timed once.  ``workspace_size`` None: allocate each
     plan's workspace (non-Ex); else algos needing more than it report ALLOC_FAILED."""
     tensors = call.tensors(*datas)
     good, bad = [], []
+    timed: dict = {}  # native config -> ms: algorithms whose plans run the same cudnn engine config
     for name, value, math, why in _candidates(h, call):
         if why:
             bad.append(CuDNNAlgoPerf(value, NOT_SUPPORTED, -1.0, 0, _determinism(dr, name), math))
@@ -411,7 +413,12 @@ def _find(dr: Direction, h, call: ConvCall, n: int, datas, workspace=None, works
             continue
         ws, ws_size = (workspace, workspace_size) if workspace_size is not None else (
             (_scratch(h, need), need) if need else (None, 0))
-        ms = _time_ms(h, lambda: _call.run(h, key, build, tensors, {ALPHA: 1.0, BETA: 0.0}, ws, ws_size))
+        same = (plan.engine, plan.config) if plan.engine == "cudnn" else None
+        ms = timed.get(same) if same else None
+        if ms is None:
+            ms = _time_ms(h, lambda: _call.run(h, key, build, tensors, {ALPHA: 1.0, BETA: 0.0}, ws, ws_size))
+            if same:
+                timed[same] = ms
         good.append(CuDNNAlgoPerf(value, SUCCESS, ms, need, _determinism(dr, name, plan), math))
     good.sort(key=lambda p: p.time)
     return (good + bad)[:n]
