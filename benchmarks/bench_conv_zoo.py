@@ -242,8 +242,8 @@ def main(argv=None) -> dict:
            "rows": [], "skipped": []}
     prefix = "bench_conv_zoo" + (f"_{args.tag}" if args.tag else "")
     t0 = time.time()
-    for mode in args.modes.split(","):
-        for layer in args.layers.split(","):
+    for layer in args.layers.split(","):  # layer classes outer: a cut-off run keeps every mode of the first ones
+        for mode in args.modes.split(","):
             pb = None
             for d in args.dirs.split(","):
                 if time.time() - t0 > args.budget:
