@@ -164,6 +164,22 @@ def test_extra_k_only_for_plain_convolutions_with_timing_on(monkeypatch):
     assert tune.top_k(Spec) == 3
 
 
+# -- math rules: reduced-precision reduction -----------------------------------------------------------------
+
+@pytest.mark.parametrize("math, data, compute, ok", [
+    ("TENSOR_OP_MATH", "float16", "float32", True),  # what the legacy library and torch run for fp16 (stem)
+    ("TENSOR_OP_MATH_ALLOW_CONVERSION", "bfloat16", "float32", True),
+    ("DEFAULT_MATH", "float16", "float32", False),  # only where Tensor Core math was asked for
+    ("FMA_MATH", "float16", "float32", False),
+    ("TENSOR_OP_MATH", "float32", "float32", False),  # never for float data
+    ("DEFAULT_MATH", "float16", "float16", True),  # TRUE_HALF: the reduction is half anyway
+    (None, "float16", "float32", False),
+])
+def test_reduced_precision_reduction_only_for_half_data_under_tensor_op_math(math, data, compute, ok):
+    notes = {"TENSOR_CORE", "REDUCED_PRECISION_REDUCTION", "DETERMINISTIC"}
+    assert cfgsel.allowed_by_math(notes, math, data, compute) is ok
+
+
 # -- knob variants ------------------------------------------------------------------------------------------
 
 def test_knob_variants_move_one_knob_at_a_time_over_its_range():

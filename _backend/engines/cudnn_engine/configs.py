@@ -14,7 +14,9 @@ FALLBACK for configs of the fallback heuristic.
   TENSOR_OP_MATH_ALLOW_CONVERSION allows it.  For FLOAT data a TENSOR_CORE config without
   DOWN_CONVERT_INPUTS is TF32: allowed only when ``_backend.math_policy.allow_tf32`` says so
   (a math type other than FMA_MATH, none for an op without a math type, never under
-  NVIDIA_TF32_OVERRIDE=0).  A float32 compute type forbids REDUCED_PRECISION_REDUCTION.
+  NVIDIA_TF32_OVERRIDE=0).  A float32 compute type forbids REDUCED_PRECISION_REDUCTION, except for
+  half/bfloat16 data under TENSOR_OP_MATH(_ALLOW_CONVERSION): the legacy library runs such Tensor Core
+  engines there (the NHWC stem's "image_first" kernels, which torch runs too: twice as fast as any other).
   zero workspace: a graph whose conv op is the legacy algorithm the legacy layer designated
   as needing no workspace (op attr ``zero_workspace``, e.g. BWD_FILTER_ALGO_0) takes only
   configs whose heuristics-reported workspace is 0; with none, the engine declines and the
@@ -80,7 +82,8 @@ def allowed_by_math(notes, math_type: "str | None", data_dtype: str, compute_typ
     if (data_dtype == "float32" and "TENSOR_CORE" in notes and "DOWN_CONVERT_INPUTS" not in notes
             and not allow_tf32(data_dtype, math_type)):
         forbidden.add("TENSOR_CORE")  # a float32 tensor-core config is TF32
-    if compute_type in ("float32", "float64"):
+    if compute_type in ("float32", "float64") and not (
+            data_dtype in ("float16", "bfloat16") and math_type in ("TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION")):
         forbidden.add("REDUCED_PRECISION_REDUCTION")
     return not (notes & forbidden)
 
