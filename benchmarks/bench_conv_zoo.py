@@ -19,7 +19,7 @@ DeepLabv3's dilated 3x3 (dilation 2), ResNet-50's strided 3x3 and 1x1 downsampli
 math (FMA_MATH; TF32 off in torch).  Inputs stay on the device; CUDA events, the median of
 ``--reps`` repetitions of ``--iters`` calls.
 
-    python benchmarks/bench_conv_zoo.py [--budget 85] [--layers stem,grouped] [--modes fp16] [--out DIR]
+    python benchmarks/bench_conv_zoo.py [--budget 75] [--layers stem,grouped] [--modes fp16] [--out DIR]
 
 Writes ``<out>/bench_conv_zoo_<device>.json`` (default benchmarks/results) after every row; rows
 not reached within ``--budget`` seconds are listed as skipped.
@@ -224,7 +224,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--dirs", default=",".join(DIRS))
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--budget", type=float, default=85.0, help="seconds; later rows are listed as skipped")
+    ap.add_argument("--budget", type=float, default=75.0, help="seconds; later rows are listed as skipped")
     ap.add_argument("--tag", default="", help="appended to the JSON file's prefix")
     ap.add_argument("--commit", default=None, help="the git commit measured (default: git rev-parse of this checkout)")
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
