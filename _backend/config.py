@@ -162,7 +162,8 @@ VARIABLES = (
              "(off until verified on a GPU)", "1|0"),
     Variable("CUDNN_COMPAT_CUDNN_GRAPHS", True, boolean, "cudnn engine: replay cached plans as CUDA graphs", "1|0"),
     Variable("CUDNN_COMPAT_CUDNN_AUTOTUNE", None, int_at_least(1),
-             "cudnn engine: how many finalizable configs to time per graph (unset: 8; 3 for fused graphs)", "N >= 1"),
+             "cudnn engine: configs timed per graph (unset: every config of a plain convolution, 3 for fused "
+             "graphs; N: mode A's first N and N more)", "N >= 1"),
     Variable("CUDNN_COMPAT_FUZZ_EXAMPLES", 0, int_at_least(0),
              "test suite: total fuzz cases over the suite (0: the CI size, CUDNN_COMPAT_FUZZ_CI per weight)", "N >= 0",
              TESTS),

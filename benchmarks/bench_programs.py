@@ -15,6 +15,16 @@ forward), in fp16 NHWC and fp32 NCHW, one row each, each run
                      by the legacy Get*WorkspaceSize (the program on the library it was written for)
   torch_ms       (d) the same network in torch eager (channels_last for NHWC, cudnn.benchmark on,
                      TF32 off: fp32 rows compare FMA math with FMA math; SGD with foreach)
+  torch_graph_ms (e) ResNet rows: torch's step (forward, loss, backward, SGD) captured in one CUDA
+                     graph (torch.cuda.graph, the whole-network recipe of torch's docs), replayed
+  ours_graph_ms  (f) ResNet rows: our step captured the same way by the user: ``cudnnSetStream`` to
+                     a CuPy stream, warm-up steps on it, ``Stream.begin_capture``/``end_capture``
+                     around one step, the graph launched; ``ours_graph_loss_rel_err_vs_ours``: the
+                     loss a replay computes from the initial weights against the eager step's
+
+The legacy column runs the real library at its best: in NHWC its batch normalization calls use
+CUDNN_BATCHNORM_SPATIAL_PERSISTENT (as torch does; plain SPATIAL costs milliseconds per NHWC
+layer there), ``legacy_bn_mode`` says which mode ran.
 
 and ``max_rel_err_vs_torch``: torch gets our weights and input; the block compares outputs, the
 step the loss and the gradients of fc.weight, conv1.weight, bn1.weight and layer4's last conv
@@ -175,10 +185,20 @@ def torch_kernels(step, top: int = 15) -> dict:
             "top": [{"kernel": k[:120], "ms": round(ms, 4), "count": n} for k, ms, n in rows[:top]]}
 
 
-class LegacyProgram:
-    """The recorded calls as ctypes calls on a real cudnnHandle_t: (function, C arguments)."""
+BN_CALLS = frozenset({"cudnnBatchNormalizationForwardTraining", "cudnnBatchNormalizationBackward"})
 
-    def __init__(self, calls: list):
+
+def legacy_bn_mode(layout: str) -> "int | None":
+    """The batch-norm mode the legacy column runs (None: the recorded one): SPATIAL_PERSISTENT in
+    NHWC, where the legacy library's fast batch norm is (002 §3.1.2.2 cudnnBatchNormMode_t)."""
+    return cc.CUDNN_BATCHNORM_SPATIAL_PERSISTENT if layout == "NHWC" else None
+
+
+class LegacyProgram:
+    """The recorded calls as ctypes calls on a real cudnnHandle_t: (function, C arguments);
+    ``bn_mode`` replaces the mode of the batch-norm training calls."""
+
+    def __init__(self, calls: list, bn_mode: "int | None" = None):
         import cupy
         from cudnn_compat._core.descriptor import Descriptor
         from cudnn_compat.tools.replay import LEGACY_FUNCTIONS, LegacySession
@@ -210,6 +230,8 @@ class LegacyProgram:
                     cargs.append(None)  # patched below
                 elif p == "workSpaceSizeInBytes":
                     cargs.append(ctypes.c_size_t(0))
+                elif p == "mode" and name in BN_CALLS and bn_mode is not None:
+                    cargs.append(ctypes.c_int(int(bn_mode)))
                 elif isinstance(v, cupy.ndarray):
                     cargs.append(ctypes.c_void_p(v.data.ptr))
                 elif v is None:
@@ -437,6 +459,63 @@ def _errs(loss, grads, ref_loss, ref) -> dict:
     return out
 
 
+def torch_graph_ms(m, opt, xt, yt, it: dict) -> float:
+    """torch's training step captured in one CUDA graph and replayed (torch's whole-network
+    recipe: warm-up on a side stream, grads set to None, forward + backward + step captured)."""
+    import torch
+    import torch.nn.functional as F
+
+    def step():
+        F.nll_loss(F.log_softmax(m(xt), 1), yt).backward()
+        opt.step()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=True)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    try:
+        return cuda_time(g.replay, events="torch", **it)["ms"]
+    finally:
+        del g
+
+
+def ours_graph_ms(net, h, x, labels, p0: dict, it: dict) -> tuple:
+    """(ms per replay, the loss a replay computes from ``p0``) of our step captured by the user:
+    the handle bound to a CuPy stream (cudnnSetStream), two warm-up steps on it (plans, per-stream
+    workspaces), one step captured (relaxed mode), the graph launched on that stream."""
+    import cupy
+    s = cupy.cuda.Stream(non_blocking=True)
+    cc.cudnnSetStream(h, s.ptr)
+    try:
+        with s:
+            for _ in range(2):
+                net.step(x, labels, lr=LR, sync=False)
+            s.synchronize()
+            s.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
+            try:
+                loss = net.step(x, labels, lr=LR, sync=False)
+            finally:
+                graph = s.end_capture()
+            if hasattr(graph, "upload"):
+                graph.upload(s)
+            net.set_params(p0)
+            s.synchronize()
+            graph.launch(s)
+            s.synchronize()
+            first = float(loss)
+            ms = cuda_time(lambda: graph.launch(s), **it)["ms"]
+            s.synchronize()
+        return ms, first
+    finally:
+        cc.cudnnSetStream(h, 0)
+
+
 def resnet_row(ex, h, args, dtype, layout) -> dict:
     import cupy
     N, S, width = (4, 64, 0.25) if args.quick else (32, 224, 1.0)
@@ -489,6 +568,7 @@ def resnet_row(ex, h, args, dtype, layout) -> dict:
         ms = cuda_time(step, events="torch", **it)["ms"]
         if args.profile:
             prof["torch"] = torch_kernels(step)
+        _safe(row, "torch_graph_ms", lambda: torch_graph_ms(m, opt, xt, yt, it))
         del m, opt
         torch.cuda.empty_cache()
         return ms
@@ -496,6 +576,12 @@ def resnet_row(ex, h, args, dtype, layout) -> dict:
     _safe(row, "torch_ms", torch_step)
 
     row["ours_ms"] = cuda_time(lambda: net.step(x, labels, lr=LR, sync=False), **it)["ms"]
+
+    def ours_graph():
+        ms, loss = ours_graph_ms(net, h, x, labels, p0, it)
+        row["ours_graph_loss_rel_err_vs_ours"] = abs(loss - loss0) / abs(loss0)
+        return ms
+    _safe(row, "ours_graph_ms", ours_graph)
     if args.profile:
         def ours_profile():
             stats = {}
@@ -526,7 +612,9 @@ def resnet_row(ex, h, args, dtype, layout) -> dict:
         with recording(calls):
             net.step(x, labels, lr=LR)
         net.set_params(p0)
-        prog = LegacyProgram(calls)
+        mode = legacy_bn_mode(layout)
+        prog = LegacyProgram(calls, mode)
+        row["legacy_bn_mode"] = "SPATIAL_PERSISTENT" if mode is not None else "SPATIAL"
         try:
             row["legacy_calls"] = len(prog.calls)
             k = prog.index_after("cudnnSoftmaxForward")
@@ -656,12 +744,12 @@ def host_us(args) -> dict:
     return res
 
 
-COLUMNS = ("ours_ms", "ours_fused_ms", "legacy_ms", "torch_ms")
+COLUMNS = ("ours_ms", "ours_fused_ms", "ours_graph_ms", "legacy_ms", "torch_ms", "torch_graph_ms")
 
 
 def table(rows) -> str:
-    lines = [f"{'name (ms per step / block)':46s} {'ours':>9s} {'fused':>9s} {'legacy':>9s} {'torch':>9s}"
-             f"  {'err vs torch':>12s}"]
+    lines = [f"{'name (ms per step / block)':46s} {'ours':>9s} {'fused':>9s} {'graph':>9s} {'legacy':>9s} "
+             f"{'torch':>9s} {'t graph':>9s}  {'err vs torch':>12s}"]
     for r in rows:
         err = r.get("max_rel_err_vs_torch")
         err = f"{err:12.2e}" if isinstance(err, float) else f"{'-':>12s}"

@@ -1,5 +1,5 @@
 """Engine configs of one convolution, inspected (issue 14 item 4): for each problem and direction,
-every config that cuDNN's heuristics modes A, B and FALLBACK list for its backend graph (engine
+every config that cuDNN's heuristics modes A, B, FALLBACK and INSTANT list for its backend graph (engine
 global index, knobs, notes, workspace, measured time, the kernels it launches), which of them our
 autotune times for each legacy algorithm (``configs.select`` + ``configs.tuning_order``), the config
 each algorithm's plan got, our Find*Ex result, the real legacy cudnnFind result (with each
@@ -172,7 +172,7 @@ class Ours:
 # -- the native lists ------------------------------------------------------------------------------------------
 
 def native_configs(spec, device):
-    """Every config of modes A, B, FALLBACK: [{cfg, key, modes {mode: rank}, ws, ok, ms, plan}], and the
+    """Every config of modes A, B, FALLBACK, INSTANT: [{cfg, key, modes {mode: rank}, ws, ok, ms, plan}], and the
     objects to release."""
     from cudnn_compat._backend.engines.cudnn_engine import autotune as AT
     from cudnn_compat._backend.engines.cudnn_engine import configs as C
@@ -181,7 +181,7 @@ def native_configs(spec, device):
     handle = NL.handle_for(device, 0)
     ng = NativeGraph(spec, handle)
     rows, by_key, keep = [], {}, []
-    for mode in ("A", "B", "FALLBACK"):
+    for mode in ("A", "B", "FALLBACK", "INSTANT"):
         try:
             listed = C._query(NL, ng.graph, mode)
         except NL.CudnnStatusError as e:
@@ -215,10 +215,11 @@ def tuned_sets(spec, rows, dr, call, math_name):
     from cudnn_compat._backend.engines.cudnn_engine import autotune as AT
     from cudnn_compat._backend.engines.cudnn_engine import configs as C
     found = [(r["cfg"], r["ws"]) for r in rows if "A" in r["modes"]]
-    fb = [(r["cfg"], r["ws"]) for r in rows if "FALLBACK" in r["modes"]]
     found = sorted(found, key=lambda cw: next(r["modes"]["A"] for r in rows if r["cfg"] == cw[0]))
-    fb = sorted(fb, key=lambda cw: next(r["modes"]["FALLBACK"] for r in rows if r["cfg"] == cw[0]))
-    found = C.merge(found, fb, any_workspace=True)
+    for src in C.TUNE_SOURCES:  # as configs.query(tune=True)
+        more = [(r["cfg"], r["ws"]) for r in rows if src in r["modes"]]
+        found = C.merge(found, sorted(more, key=lambda cw: next(r["modes"][src] for r in rows if r["cfg"] == cw[0])),
+                        any_workspace=True)
     ws = {c: w for c, w in found if w is not None}
     ok = {r["key"]: (r["ok"], r.get("plan_ws", 0)) for r in rows}
     zero = cnn.zero_workspace_algo(dr.name, call.problem())
@@ -235,7 +236,10 @@ def tuned_sets(spec, rows, dr, call, math_name):
             if extra and (w > AT.EXTRA_WORKSPACE_CAP or not AT.extra_ok(c)):
                 return None
             return True if good else None
-        timed = [c for c, _ in C.tuning_order(cands, k, AT.extra_k(s2, k), fin)] if k > 1 else cands[:1]
+        if k is None:  # every config (the default for a plain convolution)
+            timed = [c for c, _ in C.tuning_order(cands, AT.FIRST_K, len(cands), fin, every=True)]
+        else:
+            timed = [c for c, _ in C.tuning_order(cands, k, AT.extra_k(s2, k), fin)] if k > 1 else cands[:1]
         out[name] = ({(c.index, c.knobs) for c in cands}, {(c.index, c.knobs) for c in timed})
     return out
 

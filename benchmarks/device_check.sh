@@ -36,6 +36,7 @@ run() {  # name, timeout, command...
 run bench_programs 240 python3 benchmarks/bench_programs.py --out "$RES"
 run bench_memory_bound 90 python3 benchmarks/bench_memory_bound.py --out "$RES"
 run bench_attention 90 python3 benchmarks/bench_attention.py --out "$RES"
+run bench_conv_zoo 100 python3 benchmarks/bench_conv_zoo.py --out "$RES"
 run bench_ctc_sampler 90 python3 benchmarks/bench_ctc_sampler.py --out "$RES"
 run fuse_profile 60 python3 benchmarks/fuse_profile.py
 run multi_gpu_example 60 env PYTHONPATH=. python3 -m torch.distributed.run --nproc-per-node 1 \

@@ -365,14 +365,16 @@ def _scratch(h, nbytes: int):
     return np.zeros(max(nbytes, 1), np.uint8)
 
 
-FIND_REPS = 3  # timed runs per candidate on a GPU handle, after one untimed warm-up run
+FIND_REPS = 3  # timed repetitions per candidate on a GPU handle, after one untimed warm-up run
+FIND_CALLS = 4  # back-to-back calls per repetition: the GPU time, not the host cost of one call
 
 
 def _time_ms(h, fn) -> float:
     """Milliseconds of one ``fn()`` as Find reports it.  GPU handle: one warm-up run (first-run
-    costs: pack and graph creation, lazy module loads), then the fastest of FIND_REPS runs between
-    CUDA events on the handle's stream, as cuDNN's own Find and torch's benchmark mode time; the
-    CPU place: one run, wall time."""
+    costs: pack and graph creation, lazy module loads), then FIND_REPS repetitions of FIND_CALLS
+    back-to-back calls between CUDA events on the handle's stream, the fastest repetition's time
+    per call (as cuDNN's own Find and torch's benchmark mode time: queued calls, so the host
+    cost of one call does not count as kernel time); the CPU place: one run, wall time."""
     if h.place != "gpu":
         t0 = time.perf_counter()
         fn()
@@ -381,22 +383,25 @@ def _time_ms(h, fn) -> float:
     stream = h.stream or cupy.cuda.get_current_stream()
     fn()
     best = float("inf")
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
     for _ in range(FIND_REPS):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record(stream)
-        fn()
+        for _ in range(FIND_CALLS):
+            fn()
         end.record(stream)
         end.synchronize()
-        best = min(best, cupy.cuda.get_elapsed_time(start, end))
+        best = min(best, cupy.cuda.get_elapsed_time(start, end) / FIND_CALLS)
     return best
 
 
 def _find(dr: Direction, h, call: ConvCall, n: int, datas, workspace=None, workspace_size=None) -> list:
     """Time every supported (algo, math type) through the plan path (``_time_ms``), alpha=1, beta=0 into the
-    output buffer; sorted by measured time, failures last.  ``workspace_size`` None: allocate each
+    output buffer; sorted by measured time, failures last.  Algorithms whose plans run the same native
+    engine config (the cudnn engine's autotune gave them the same winner) are timed once.  ``workspace_size`` None: allocate each
     plan's workspace (non-Ex); else algos needing more than it report ALLOC_FAILED."""
     tensors = call.tensors(*datas)
     good, bad = [], []
+    timed: dict = {}  # native config -> ms: algorithms whose plans run the same cudnn engine config
     for name, value, math, why in _candidates(h, call):
         if why:
             bad.append(CuDNNAlgoPerf(value, NOT_SUPPORTED, -1.0, 0, _determinism(dr, name), math))
@@ -408,7 +413,12 @@ def _find(dr: Direction, h, call: ConvCall, n: int, datas, workspace=None, works
             continue
         ws, ws_size = (workspace, workspace_size) if workspace_size is not None else (
             (_scratch(h, need), need) if need else (None, 0))
-        ms = _time_ms(h, lambda: _call.run(h, key, build, tensors, {ALPHA: 1.0, BETA: 0.0}, ws, ws_size))
+        same = (plan.engine, plan.config) if plan.engine == "cudnn" else None
+        ms = timed.get(same) if same else None
+        if ms is None:
+            ms = _time_ms(h, lambda: _call.run(h, key, build, tensors, {ALPHA: 1.0, BETA: 0.0}, ws, ws_size))
+            if same:
+                timed[same] = ms
         good.append(CuDNNAlgoPerf(value, SUCCESS, ms, need, _determinism(dr, name, plan), math))
     good.sort(key=lambda p: p.time)
     return (good + bad)[:n]

@@ -404,6 +404,8 @@ class Benchmark:
 
 BENCHMARKS = (
     Benchmark("conv", "bench_conv.py", "ResNet-50 convolutions: ours vs the real legacy libcudnn vs torch"),
+    Benchmark("conv_zoo", "bench_conv_zoo.py", "convolution layer classes (stem, depthwise, grouped, dilated, strided, "
+              "1x1): ours vs legacy Find vs torch", quick=("--modes", "fp16", "--budget", "20")),
     Benchmark("memory_bound", "bench_memory_bound.py", "memory-bound calls (tensor ops, BN, pooling, softmax, LRN)"),
     Benchmark("rnn", "bench_rnn.py", "LSTM forward, training and inference"),
     Benchmark("ctc_sampler", "bench_ctc_sampler.py", "CTC loss and the spatial-transformer sampler vs torch and the real legacy calls"),

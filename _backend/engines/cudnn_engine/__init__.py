@@ -4,8 +4,9 @@
 - ``graph``: IR -> backend spec (pure Python; declines with a reason) -> descriptors.
 - ``configs``: native heuristics (modes A/B/FALLBACK = CUDNN_HEUR_MODE_A/B/FALLBACK),
   engine configs with knobs and notes, math-type and legacy-algorithm selection.
-- ``autotune``: mode A times the first few configs that finalize (for a plain convolution
-  also the FALLBACK heuristic's and one of each other engine) and keeps the fastest.
+- ``autotune``: mode A times the configs that finalize (for a plain convolution every config
+  of every heuristic mode and knob variants; for fusion graphs the first three) and keeps the
+  fastest.
 - ``plan``: the ExecutionPlan and its lean per-call path.
 - ``lib``: libcudnn 9 through ctypes, found with ``cuda.pathfinder``.
 
@@ -124,7 +125,8 @@ class CudnnEngine(Engine):
         except _lib.CudnnStatusError as e:
             why.append(f"{tag}: cuDNN rejected the operation graph ({e})")
             return []
-        tune = mode == "A" and _autotune.extra_k(spec, _autotune.top_k(spec)) > 0  # plain conv: + FALLBACK list
+        k = _autotune.top_k(spec)
+        tune = mode == "A" and _autotune.extra_k(spec, k) > 0  # plain conv: + the other heuristics' lists
         try:
             found = _configs.query(_lib, ng.graph, mode, tune=tune)
         except _lib.CudnnStatusError as e:
@@ -142,8 +144,9 @@ class CudnnEngine(Engine):
         if mode != "A":
             ng.destroy()
             return cfgs
-        k = _autotune.top_k(spec)
-        key = _autotune.memo_key(spec, cfgs) if k > 1 else None
+        if tune and k is None and not spec.zero_workspace:  # every config: + knob variants of the first engines
+            cfgs = _configs.with_variants(cfgs, self._knob_spaces(ng.graph, cfgs))
+        key = _autotune.memo_key(spec, cfgs) if k is None or k > 1 else None
         known = _autotune.known(key, spec, cfgs, _device()) if key else None
         order = [known] + [c for c in cfgs if c != known] if known else cfgs
         errors = []
@@ -162,27 +165,41 @@ class CudnnEngine(Engine):
                 return None
             return plan, wsz, keep
 
-        # a remembered winner alone; else mode A's first k, then up to extra_k more for variety
-        k_main, k_extra = (1, 0) if (known or k <= 1) else (k, _autotune.extra_k(spec, k))
-        finalized = [(c,) + got for c, got in _configs.tuning_order(order, k_main, k_extra, finalize)]
-        if not finalized:
+        # a remembered winner alone; else every config (k None) or mode A's first k and k_extra more
+        if known or (k is not None and k <= 1):
+            k_main, k_extra = 1, 0
+        elif k is None:
+            k_main, k_extra = _autotune.FIRST_K, len(order)
+        else:
+            k_main, k_extra = k, _autotune.extra_k(spec, k)
+        times = _autotune.table(spec, _device())
+        got = _autotune.search(order, times, finalize, lambda plans: _autotune.time_plans(spec, plans, _device()),
+                               k_main, k_extra, every=k is None)
+        if got is None:
             ng.destroy()
             why.append(f"{tag}: no engine config finalized ({'; '.join(e[:300] for e in errors[:3])})")
             return []
-        st.autotune = None
-        if len(finalized) > 1:
-            times = _autotune.time_plans(spec, [(p, w) for _, p, w, _ in finalized], _device())
-            best = min(range(len(finalized)), key=lambda i: times[i])
-            st.autotune = [(str(f[0]), t) for f, t in zip(finalized, times)]
-            for i, (_c, _p, _w, keep) in enumerate(finalized):
-                if i != best:
-                    for d in reversed(keep):
-                        d.destroy()
-            finalized = [finalized[best]]
-            _autotune.remember(key, spec, cfgs, _device(), finalized[0][0], times[best])
-        cfg, plan, wsz, keep = finalized[0]
+        cfg, (plan, wsz, keep), ranked = got
+        st.autotune = [(str(c), t) for c, t in ranked] if len(ranked) > 1 else None
+        if len(ranked) > 1:
+            _autotune.remember(key, spec, cfgs, _device(), cfg, times.get(cfg, float("nan")))
         st.pending[(_device(), cfg)] = (ng, plan, wsz, keep)  # native objects of this device (issue 17)
         return [cfg] + [c for c in cfgs if c != cfg]
+
+    @staticmethod
+    def _knob_spaces(opgraph, cfgs) -> dict:
+        """Engine global index -> its knob info (``configs.knob_space``) for the engines
+        ``configs.with_variants`` expands; an engine whose info cannot be read has none."""
+        out = {}
+        for c in cfgs:
+            if len(out) >= _configs.VARIANT_ENGINES:
+                break
+            if c.index not in out:
+                try:
+                    out[c.index] = _configs.knob_space(_lib, opgraph, c.index)
+                except _lib.CudnnStatusError:
+                    out[c.index] = []
+        return out
 
     def build(self, graph, config):
         st = _state(graph)

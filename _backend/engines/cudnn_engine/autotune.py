@@ -1,22 +1,27 @@
-"""Autotuning the first few engine configs of cuDNN's heuristics (000 "Heuristics": mode
-A/B lists are ranked by prediction; the frontend's ``cudnnFindPlan`` and torch's
-``cudnn.benchmark`` time them).  Used when a plan is built, so a cached legacy call runs
-the config that is really fastest here, not only the predicted one.
+"""Autotuning the engine configs cuDNN offers for a graph (000 "Heuristics": mode A/B lists are
+ranked by prediction; the frontend's ``cudnnFindPlan`` and torch's ``cudnn.benchmark`` time them).
+Used when a plan is built, so a cached legacy call runs the config that is really fastest here,
+not only the predicted one.
 
-``CUDNN_COMPAT_CUDNN_AUTOTUNE``: how many finalizable configs of mode A's list to time (default 8;
-3 for runtime-fusion graphs, whose plans compile at finalize; 0 or 1 turns timing off).  For a
-plain convolution graph (pattern conv_blend) as many again are timed for variety
-(``extra_k``; ``configs.tuning_order``): the FALLBACK heuristic's configs and one config of each
-engine not yet timed, except runtime-compiled ones (``extra_ok``) and any needing more than
-``EXTRA_WORKSPACE_CAP`` bytes of workspace.
+``CUDNN_COMPAT_CUDNN_AUTOTUNE`` unset: for a plain convolution graph (pattern conv_blend) every
+config is timed: mode A's list, then the configs of the FALLBACK, INSTANT and B heuristics it
+lacks, then knob variants of the first engines (``configs.query(tune=True)``,
+``configs.with_variants``); mode A's first ``FIRST_K`` unconditionally, the others unless
+runtime-compiled (``extra_ok``: their finalize compiles, about a second each) or needing more
+than ``EXTRA_WORKSPACE_CAP`` bytes of workspace.  Fusion graphs time mode A's first 3 (each
+finalize compiles).  Set to N: mode A's first N finalizable configs plus N more for variety
+(``extra_k``: the FALLBACK ones and one of each engine not yet timed); 1 turns timing off.
+
 Timing runs each plan on scratch buffers of the graph's tensor sizes (zeros; by-value scalars
 1.0), once to warm up, once timed and, unless that run took ``PRUNE`` times the best so far,
-``REPS`` times more between CUDA events.  Results are remembered per
-(backend graph, candidate configs), so the legacy algorithms that map to the same configs
-share one tuning; with ``CUDNN_COMPAT_PLAN_CACHE_FILE`` set they also persist to that file
-(``_backend.plan_cache.ConfigFile``: engine global index + knob choices per signature of
-device, libcudnn version, backend graph and candidates), so a new process skips the timing.
-``STATS`` counts timing runs (and choices taken from the file) for tests and benchmarks.
+``REPS`` times more between CUDA events.  Each config's time is kept per graph signature
+(``graph_key``: tensors and ops, not the baked alpha/beta values; ``TIMES``), so the plans of
+one convolution for every legacy algorithm and both blends (beta zero or not) time each config
+once and each takes the fastest of its own candidates (``search``).  The choice is remembered
+per (backend graph, candidate configs) and, with ``CUDNN_COMPAT_PLAN_CACHE_FILE`` set, persisted
+to that file (``_backend.plan_cache.ConfigFile``: engine global index + knob choices per
+signature of device, libcudnn version, backend graph and candidates), so a new process skips the
+timing.  ``STATS`` counts timing runs (and choices taken from the file) for tests and benchmarks.
 """
 from __future__ import annotations
 
@@ -28,25 +33,87 @@ from ...plan_cache import chosen_config, remember_config
 from . import lib as _lib
 
 REPS = 3
+FIRST_K = 8  # exhaustive tuning: mode A's first configs, timed even when runtime-compiled
 PRUNE = 2.0  # a plan whose first timed run takes this many times the best so far is not run more
 EXTRA_WORKSPACE_CAP = 256 << 20  # bytes: variety picks needing more are not timed
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4,
              "int64": 8, "bool": 1}
 _MEMO: dict = {}
-STATS = {"timing_runs": 0, "plans_timed": 0, "from_file": 0}
+STATS = {"timing_runs": 0, "plans_timed": 0, "from_file": 0, "from_table": 0}
+TIMES: dict = {}  # (device, graph_key) -> {EngineConfig: ms}
 _DEVICE_ID: dict = {}
 
 
-def top_k(spec) -> int:
+def top_k(spec) -> "int | None":
+    """Mode A's configs to time: None for every config (unset, plain convolution), else the number."""
     raw = str(_config.get("CUDNN_COMPAT_CUDNN_AUTOTUNE") or "")
-    k = int(raw) if raw.lstrip("-").isdigit() else 8
-    return min(k, 3) if spec.pattern == "fusion" and not raw else k
+    if raw.lstrip("-").isdigit():
+        return int(raw)
+    return 3 if spec.pattern == "fusion" else None
 
 
-def extra_k(spec, k: int) -> int:
-    """How many configs beyond mode A's first ``k`` to time for variety: ``k`` for a plain
-    convolution graph, none for fusion graphs (each finalize compiles) or with timing off."""
+def extra_k(spec, k: "int | None") -> int:
+    """How many configs beyond mode A's first ``k`` to time: every one (``k`` None), ``k`` for a
+    plain convolution graph, none for fusion graphs (each finalize compiles) or with timing off."""
+    if k is None:
+        return 1 << 30
     return k if k > 1 and spec.pattern == "conv_blend" else 0
+
+
+def graph_key(spec) -> tuple:
+    """What a config's time depends on: the graph's tensors and ops (not the baked scalar values)."""
+    return (repr(sorted(spec.tensors.items())), repr(spec.ops))
+
+
+def table(spec, device: int) -> dict:
+    """{config: ms} timed so far for ``spec``'s graph on ``device`` (``TIMES``)."""
+    if len(TIMES) > 4096:
+        TIMES.clear()
+    return TIMES.setdefault((device, graph_key(spec)), {})
+
+
+TIMED = object()  # ``search``: a config the table already has a time for
+
+
+def search(order: list, times: dict, finalize, time_plans, k: int, k_extra: int, every: bool):
+    """The autotune over ``order`` (candidate configs, heuristics order): the configs
+    ``configs.tuning_order`` picks (``k``, ``k_extra``, ``every``) are finalized (``finalize(cfg,
+    extra)`` -> (plan, workspace, keep) or None) unless ``times`` has them, the new ones timed in
+    one batch (``time_plans([(plan, workspace)])`` -> [ms]) into ``times``, and the fastest
+    candidate that finalizes wins.  Returns (winner, its (plan, workspace, keep), [(config, ms)]
+    of every candidate considered, fastest first) or None when none finalizes; the plans of the
+    others are destroyed.  A single candidate with no time is not timed."""
+    from .configs import tuning_order
+    made: dict = {}
+
+    def pick(c, extra):
+        if c in times:
+            STATS["from_table"] += 1
+            return TIMED
+        got = finalize(c, extra)
+        if got is not None:
+            made[c] = got
+        return got
+    chosen = [c for c, _ in tuning_order(order, k, k_extra, pick, every)]
+    if not chosen:
+        return None
+    new = [c for c in chosen if c in made]
+    if new and len(chosen) > 1:
+        for c, ms in zip(new, time_plans([made[c][:2] for c in new])):
+            times[c] = ms
+    ranked = sorted(chosen, key=lambda c: times.get(c, float("inf")))
+    win = None
+    for c in ranked:
+        got = made.pop(c, None) or finalize(c, False)
+        if got is not None:
+            win = (c, got)
+            break
+    for _plan, _w, keep in made.values():
+        for d in reversed(keep):
+            d.destroy()
+    if win is None:
+        return None
+    return win[0], win[1], [(c, times.get(c, float("nan"))) for c in ranked]
 
 
 def extra_ok(cfg) -> bool:

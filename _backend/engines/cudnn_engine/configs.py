@@ -14,7 +14,9 @@ FALLBACK for configs of the fallback heuristic.
   TENSOR_OP_MATH_ALLOW_CONVERSION allows it.  For FLOAT data a TENSOR_CORE config without
   DOWN_CONVERT_INPUTS is TF32: allowed only when ``_backend.math_policy.allow_tf32`` says so
   (a math type other than FMA_MATH, none for an op without a math type, never under
-  NVIDIA_TF32_OVERRIDE=0).  A float32 compute type forbids REDUCED_PRECISION_REDUCTION.
+  NVIDIA_TF32_OVERRIDE=0).  A float32 compute type forbids REDUCED_PRECISION_REDUCTION, except for
+  half/bfloat16 data under TENSOR_OP_MATH(_ALLOW_CONVERSION): the legacy library runs such Tensor Core
+  engines there (the NHWC stem's "image_first" kernels, which torch runs too: twice as fast as any other).
   zero workspace: a graph whose conv op is the legacy algorithm the legacy layer designated
   as needing no workspace (op attr ``zero_workspace``, e.g. BWD_FILTER_ALGO_0) takes only
   configs whose heuristics-reported workspace is 0; with none, the engine declines and the
@@ -24,18 +26,20 @@ FALLBACK for configs of the fallback heuristic.
   documents as deterministic forbid NONDETERMINISTIC.  When no config has the
   algorithm's notes, the closest is the GEMM-like class with the same determinism.
 
-``merge`` and ``tuning_order`` are the pure candidate rules of the autotune (``autotune``): for a
-plain convolution graph mode A's list is followed by every FALLBACK-heuristic config it lacks,
-and the autotune times mode A's first k configs plus up to k more picked for variety (the
-FALLBACK ones, then one config of each engine not yet timed), as torch's cudnn.benchmark
-times the INSTANT and FALLBACK lists together.
+``merge``, ``knob_variants`` and ``tuning_order`` are the pure candidate rules of the autotune
+(``autotune``): for a plain convolution graph mode A's list is followed by every config of the
+other heuristics (FALLBACK, INSTANT, B: ``TUNE_SOURCES``) it lacks, then by knob variants of the
+listed engines (``knob_variants``: each knob the engine exposes, ENGINE_KNOB_INFO, moved one at a
+time over its range: split-K, tile, stages...), and the autotune times every one of them (mode A's
+first configs unconditionally, the rest unless runtime-compiled or over the workspace cap), as
+the frontend's find-plan and torch's cudnn.benchmark time what the heuristics offer.
 """
 from __future__ import annotations
 
 from ...math_policy import allow_tf32
 from ..base import EngineConfig
 
-HEUR_MODE = {"A": "A", "B": "B", "FALLBACK": "FALLBACK"}
+HEUR_MODE = {"A": "A", "B": "B", "FALLBACK": "FALLBACK", "INSTANT": "INSTANT"}
 
 # legacy algorithms that may be nondeterministic (002 §3.1.2.7/§3.1.2.8 determinism notes)
 NONDETERMINISTIC_ALGOS = {
@@ -45,9 +49,15 @@ NONDETERMINISTIC_ALGOS = {
 }
 # algorithms that use no workspace in legacy cuDNN: prefer zero-workspace configs
 NO_WORKSPACE_ALGOS = {"CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM"}
-# heuristics whose configs the mode-A autotune of a convolution also considers (``query(tune=True)``);
-# benchmarks/conv_configs.py shows what mode B would add
-TUNE_SOURCES = ("FALLBACK",)
+# heuristics whose configs the mode-A autotune of a convolution also considers (``query(tune=True)``),
+# in this order after mode A's own; benchmarks/conv_configs.py shows each list
+TUNE_SOURCES = ("FALLBACK", "INSTANT", "B")
+# knob variants (``knob_variants``): knobs never varied (they select data layouts or reorderings the
+# graph fixes, not a schedule), values tried per knob, variants per engine, engines expanded
+FIXED_KNOBS = frozenset({"EDGE", "USE_TEX", "IDX_MODE", "SPECFILT", "WORKSPACE"})
+KNOB_VALUES = 6
+VARIANTS_PER_ENGINE = 16
+VARIANT_ENGINES = 4
 
 
 def algo_class(algo: "str | None") -> "str | None":
@@ -72,7 +82,8 @@ def allowed_by_math(notes, math_type: "str | None", data_dtype: str, compute_typ
     if (data_dtype == "float32" and "TENSOR_CORE" in notes and "DOWN_CONVERT_INPUTS" not in notes
             and not allow_tf32(data_dtype, math_type)):
         forbidden.add("TENSOR_CORE")  # a float32 tensor-core config is TF32
-    if compute_type in ("float32", "float64"):
+    if compute_type in ("float32", "float64") and not (
+            data_dtype in ("float16", "bfloat16") and math_type in ("TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION")):
         forbidden.add("REDUCED_PRECISION_REDUCTION")
     return not (notes & forbidden)
 
@@ -167,7 +178,8 @@ def query(lib, opgraph, mode: str, tune: bool = False):
     A lacks is appended, whatever its workspace (``merge``), as torch's cudnn.benchmark and the
     frontend's find-plan time the INSTANT and FALLBACK lists together: cuDNN's "legacy" engines
     (wgrad_alg0_engine, dgrad_engine: what legacy Find picks for fp32 NCHW) may appear only in
-    the FALLBACK list, and with a workspace.  ``tuning_order`` bounds how many are timed."""
+    the FALLBACK list, and with a workspace; mode B ranks other engines than mode A.  A source
+    that fails (mode B has no model for a graph) adds nothing."""
     out = _query(lib, opgraph, mode)
     if mode == "A":
         for src in (TUNE_SOURCES if tune else ("FALLBACK",)):
@@ -197,7 +209,86 @@ def merge(primary: list, extra: list, any_workspace: bool = False) -> list:
     return out
 
 
-def tuning_order(cfgs: list, k: int, k_extra: int, finalize) -> list:
+def knob_variants(cfg: EngineConfig, space: list, per_knob: int = KNOB_VALUES,
+                  cap: int = VARIANTS_PER_ENGINE) -> list:
+    """Configs of ``cfg``'s engine with one knob moved: ``space`` is the engine's knob info
+    [(knob type name, minimum, maximum, stride)] (ENGINE_KNOB_INFO); each knob not in
+    ``FIXED_KNOBS`` takes up to ``per_knob`` values spread over its range (both ends included),
+    the others keep ``cfg``'s choices; at most ``cap`` variants, knob by knob, none equal to ``cfg``.
+    Variants carry ``cfg``'s notes (same engine) plus KNOB_VARIANT."""
+    base = dict(cfg.knobs)
+    notes = frozenset(cfg.notes - {"FALLBACK"}) | {"KNOB_VARIANT"}
+    out, seen = [], {cfg.knobs}
+    for name, lo, hi, stride in space:
+        if name in FIXED_KNOBS or hi < lo:
+            continue
+        stride = max(int(stride), 1)
+        n = (hi - lo) // stride + 1
+        if n <= 1:
+            continue
+        count = min(per_knob, n)
+        steps = sorted({round(i * (n - 1) / max(count - 1, 1)) for i in range(count)})
+        for s in steps:
+            v = lo + s * stride
+            knobs = dict(base)
+            knobs[name] = v
+            key = tuple(sorted(knobs.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(EngineConfig("cudnn", key, notes, cfg.index))
+            if len(out) >= cap:
+                return out
+    return out
+
+
+def with_variants(cfgs: list, spaces: dict, engines: int = VARIANT_ENGINES) -> list:
+    """``cfgs`` followed by the knob variants (``knob_variants``) of the first config of each of
+    the first ``engines`` engines in ``cfgs`` order; ``spaces``: engine global index -> knob info
+    (engines missing there have no variants)."""
+    have = {_ckey(c) for c in cfgs}
+    out, done = list(cfgs), []
+    for c in cfgs:
+        if len(done) >= engines:
+            break
+        if c.index in done:
+            continue
+        done.append(c.index)
+        for v in knob_variants(c, spaces.get(c.index, ())):
+            if _ckey(v) not in have:
+                have.add(_ckey(v))
+                out.append(v)
+    return out
+
+
+def knob_space(lib, opgraph, index: int) -> list:
+    """[(knob type name, minimum, maximum, stride)] of engine ``index`` on ``opgraph``
+    (ENGINE_KNOB_INFO: KNOB_INFO_TYPE, _MINIMUM_VALUE, _MAXIMUM_VALUE, _STRIDE)."""
+    engine = lib.Descriptor("ENGINE")
+    out = []
+    try:
+        engine.set("ENGINE_OPERATION_GRAPH", "BACKEND_DESCRIPTOR", opgraph)
+        engine.set("ENGINE_GLOBAL_INDEX", "INT64", index)
+        engine.finalize()
+        try:
+            n = engine.count("ENGINE_KNOB_INFO", "BACKEND_DESCRIPTOR")
+        except lib.CudnnStatusError:
+            n = lib.KNOB_TYPE_COUNTS
+        for ki in engine.get_descriptors("ENGINE_KNOB_INFO", "KNOB_INFO", n):
+            try:
+                ktype = ki.get("KNOB_INFO_TYPE", "KNOB_TYPE")[0]
+                lo = int(ki.get("KNOB_INFO_MINIMUM_VALUE", "INT64")[0])
+                hi = int(ki.get("KNOB_INFO_MAXIMUM_VALUE", "INT64")[0])
+                st = int(ki.get("KNOB_INFO_STRIDE", "INT64")[0])
+                out.append((lib.KNOB_NAME.get(ktype, f"KNOB_{ktype}"), lo, hi, st))
+            finally:
+                ki.destroy()
+    finally:
+        engine.destroy()
+    return out
+
+
+def tuning_order(cfgs: list, k: int, k_extra: int, finalize, every: bool = False) -> list:
     """The configs the autotune times, as [(config, finalize(config))]: the first ``k`` of
     ``cfgs`` (heuristics order) whose ``finalize`` returns something other than None, then up to
     ``k_extra`` more, chosen for variety: first the configs of the FALLBACK heuristic (noted
@@ -205,7 +296,8 @@ def tuning_order(cfgs: list, k: int, k_extra: int, finalize) -> list:
     ``cfgs`` order.  A mode-A list's top entries are often knob variants of one or two engines; the
     fast engine of a problem can sit lower, or only in the FALLBACK list.  ``finalize(config,
     extra)`` (``extra``: one of the variety picks) is called at most once per config, in the
-    order returned; it returns None for a config that is not to be timed."""
+    order returned; it returns None for a config that is not to be timed.  ``every``: after the
+    FALLBACK picks, every remaining config in order (up to ``k_extra``), not one per engine."""
     got, tried = [], set()
 
     def attempt(c, extra=False):
@@ -229,7 +321,7 @@ def tuning_order(cfgs: list, k: int, k_extra: int, finalize) -> list:
     for c in cfgs:
         if extra >= k_extra:
             break
-        if c not in tried and c.index not in {g.index for g, _ in got}:
+        if c not in tried and (every or c.index not in {g.index for g, _ in got}):
             extra += attempt(c, True)
     return got
 
