@@ -552,7 +552,9 @@ def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLe
         need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
         _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
     c, splan, declined = _fused_core(h, a, q, k, lo, hi, one_step, "fprop")
-    mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
+    mask = row_mask = None  # the fused inference needs no window mask
+    if c is None or training:
+        mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
     seqs = [(queries, q, "queries", False), (keys, k, "keys", False), (values, v, "values", False), (out, o, "out", True)]
     if with_res:
         seqs.append((residuals, q, "residuals", False))
@@ -572,6 +574,8 @@ def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLe
         return
     if training and h.place == "gpu":
         fused.forget(h, reserveSpace)
+    if mask is None:
+        mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
 
     def build():
         g = _Graph("MultiHeadAttnForward", cfg)

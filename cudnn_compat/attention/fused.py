@@ -285,14 +285,30 @@ def _row_masks(h, c: Core, q, k):
     return _const(h.device, "rowq", rq), _const(h.device, "rowk", rk)
 
 
+def _mm(a, b):
+    """a @ b on cuBLAS, fp16 x fp16 -> fp16 with fp32 accumulation (tensor cores): the cupy
+    engine's GEMM (cublasGemmStridedBatchedEx; CuPy's own matmul is not used, as there)."""
+    from cudnn_compat._backend.engines.cupy_engine.gemm import matmul
+    return matmul(a, b, "float32")
+
+
 def _project(x4, w, b, out=None):
     """x [.., S] (any strides) -> x W^T (+ b) as [rows, H*P] (into ``out``: a 2-d view)."""
     import cupy
     x2 = x4.reshape(-1, x4.shape[-1]) if x4.flags.c_contiguous else cupy.ascontiguousarray(x4).reshape(-1, x4.shape[-1])
-    y = cupy.matmul(x2, w.T, out=out)
+    y = _mm(x2, w.T)
     if b is not None:
         y += b
+    if out is not None:
+        out[...] = y
+        return out
     return y
+
+
+def _col_sum(g2):
+    """Column sums of [rows, C] as fp16 (a ones-row GEMM: fp32 accumulation, coalesced)."""
+    import cupy
+    return _mm(cupy.ones((1, g2.shape[0]), g2.dtype), g2)[0]
 
 
 def signature(a, c: Core, q, k, lo, hi) -> tuple:
@@ -332,7 +348,7 @@ def forward(h, a, c: Core, plan, q, k, v, o, queries, keys, values, out, residua
         values_ = {sdpa.SCALE: a.smScaler, sdpa.NEG: float("-inf"), sdpa.WIN: float(c.band.window), sdpa.ONE: 1.0}
         _sdpa_run(h, plan, ptrs, values_)
         if wt.has_o():
-            y = cupy.matmul(oh, cupy.ascontiguousarray(wt.wo3().transpose(0, 2, 1)).reshape(hh * pv, -1))
+            y = _mm(oh, cupy.ascontiguousarray(wt.wo3().transpose(0, 2, 1)).reshape(hh * pv, -1))
             bo = wt.b("O")
             if bo is not None:
                 y += bo
@@ -385,7 +401,7 @@ def backward_data(h, a, c: Core, plan, q, k, v, o, dout, dqueries, dkeys, dvalue
             dy = cupy.where(rq, dy, 0)
         dy = cupy.ascontiguousarray(dy).reshape(c.b * c.tq, -1)
         if wt.has_o():
-            dh = cupy.matmul(dy, cupy.ascontiguousarray(wt.wo3().transpose(1, 0, 2)).reshape(-1, hh * pv))
+            dh = _mm(dy, cupy.ascontiguousarray(wt.wo3().transpose(1, 0, 2)).reshape(-1, hh * pv))
         else:
             dh = dy
         dq_acc = cupy.zeros(c.b * hh * c.tq * p, cupy.float32)
@@ -408,7 +424,7 @@ def backward_data(h, a, c: Core, plan, q, k, v, o, dout, dqueries, dkeys, dvalue
             dvp[...] = cupy.where(rk, dvp, 0)
         for grad, buf, d, size, which in ((dqp, dqueries, q, a.qSize, "Q"), (dkp, dkeys, k, a.kSize, "K"),
                                           (dvp, dvalues, v, a.vSize, "V")):
-            x = cupy.matmul(grad.reshape(-1, grad.shape[-1]), wt.w(which))
+            x = _mm(grad.reshape(-1, grad.shape[-1]), wt.w(which))
             _seq(buf, d, size)[...] = x.reshape(d.dimA[BATCH], d.dimA[BEAM], d.dimA[TIME], size)
     with _LOCK:
         _RESERVES[(h.device, bg.address(reserve))][1] = True
@@ -435,18 +451,18 @@ def backward_weights(h, a, c: Core, q, k, v, o, queries, keys, values, dout, dwe
             w = dw.w(which)
             g2 = grad.reshape(-1, w.shape[0])
             x2 = cupy.ascontiguousarray(_seq(buf, d, size)).reshape(-1, size)
-            put(w, cupy.matmul(g2.T, x2))
+            put(w, _mm(g2.T, x2))
             bias = dw.b(which)
             if bias is not None:
-                put(bias, g2.sum(axis=0, dtype=cupy.float32).astype(cupy.float16))
+                put(bias, _col_sum(g2))
         if dw.has_o():
             dy = _seq(dout, o, a.o_size).reshape(c.b, c.tq, -1)
             if c.padding:
                 dy = cupy.where(_row_masks(h, c, q, k)[0], dy, 0)
             dy = cupy.ascontiguousarray(dy).reshape(c.b * c.tq, -1)
-            g = cupy.matmul(dy.T, r["o"].reshape(-1, hh * pv))  # [Po, H*Pv]
+            g = _mm(dy.T, r["o"].reshape(-1, hh * pv))  # [Po, H*Pv]
             put(dw.wo3(), g.reshape(-1, hh, pv).transpose(1, 0, 2))
             bias = dw.b("O")
             if bias is not None:
-                put(bias, dy.sum(axis=0, dtype=cupy.float32).astype(cupy.float16))
+                put(bias, _col_sum(dy))
     return Ran("cudnn", "sdpa weight gradients (cuBLAS)")
