@@ -15,7 +15,7 @@ from cudnn_compat.attention import fused
 from cudnn_compat.attention.descriptor import _reserve_size, fused_regions
 from cudnn_compat._backend.engines.cudnn_engine import sdpa
 from test_attention import B, BEAM, F16, F32, T, V, Setup
-from test_attention_gpu import compare, run_all
+from test_attention_gpu import compare, gpu, run_all  # noqa: F401 (gpu: the fixture)
 
 BIG = 2 ** 31 - 1
 
@@ -172,15 +172,6 @@ def test_pre_declines_lead_the_plan_declines():
 
 
 # -- GPU ---------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def gpu(monkeypatch):
-    cupy = pytest.importorskip("cupy")
-    monkeypatch.setenv("CUDNN_COMPAT_CPU_FALLBACK", "0")
-    h = cc.cudnnCreate("gpu")
-    yield h, cupy
-    cc.cudnnDestroy(h)
-
 
 BASE = dict(nh=2, sizes=(16, 16, 16), proj=(8, 8, 8, 16), nb=3, tq=12, tk=12)
 CASES = {

@@ -80,7 +80,20 @@ class _Cfg:
     math: str = "DEFAULT_MATH"  # the descriptor's math type, stamped on every Matmul (math_policy)
 
 
+_CFGS: dict = {}  # descriptor keys -> _Cfg (a repeated call builds its signature once)
+
+
 def _cfg(a: AttnDescriptor, qd, kd, vd, od, tq: int) -> _Cfg:
+    key = (a.key(), qd.key(), kd.key(), vd.key(), od.key(), tq)
+    got = _CFGS.get(key)
+    if got is None:
+        if len(_CFGS) > 256:
+            _CFGS.clear()
+        got = _CFGS[key] = _make_cfg(a, qd, kd, vd, od, tq)
+    return got
+
+
+def _make_cfg(a: AttnDescriptor, qd, kd, vd, od, tq: int) -> _Cfg:
     layout, _ = weight_layout(a)
     item = dtypes.itemsize(a.dtype)
     strides = tuple((role, tuple(d.strides()[ax] for ax in (BATCH, BEAM, TIME)))
@@ -456,6 +469,8 @@ def _placed_masks(h, a, q, k, lo, hi, rows, ct) -> tuple:
 def _windows(loWinIdx, hiWinIdx, rows):
     n = int(max(rows)) + 1
     lo, hi = host_ints(loWinIdx, n, "loWinIdx"), host_ints(hiWinIdx, n, "hiWinIdx")
+    if len(rows) == n:  # every step (rows = 0 .. n-1)
+        return lo[:n].astype(np.int64), hi[:n].astype(np.int64)
     return lo[rows].astype(np.int64), hi[rows].astype(np.int64)
 
 

@@ -239,8 +239,21 @@ def getAttnDescriptor(attnDesc) -> tuple:
 
 # -- weights and buffer sizes -------------------------------------------------------------------
 
+_LAYOUTS: dict = {}  # attention descriptor key -> weight_layout (every compute call asks, several times)
+
+
 def weight_layout(a: AttnDescriptor) -> tuple:
     """({wKind: (byte offset, dims)}, total bytes): present tensors only, 16-byte aligned."""
+    key = a.key()
+    got = _LAYOUTS.get(key)
+    if got is None:
+        if len(_LAYOUTS) > 256:
+            _LAYOUTS.clear()
+        got = _LAYOUTS[key] = _weight_layout(a)
+    return got
+
+
+def _weight_layout(a: AttnDescriptor) -> tuple:
     h = a.nHeads
     shapes = {
         WKIND["CUDNN_MH_ATTN_Q_WEIGHTS"]: (h, a.qProjSize, a.qSize) if a.qProjSize else None,

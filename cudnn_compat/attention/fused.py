@@ -113,11 +113,28 @@ def lengths_key(q, k) -> bytes:
     return q.lengths().tobytes() + b"/" + k.lengths().tobytes()
 
 
+_CORES: OrderedDict = OrderedDict()  # everything core() reads -> its answer (a repeated call decides once)
+
+
 def core(h, a, q, k, lo, hi, one_step: bool) -> "Core | str":
     """The fused plan of a call (the Core), or the reason it runs the graph path."""
     from cudnn_compat._backend.heuristics import forced_engine
+    forced = forced_engine()
+    key = (h.place, forced, a.key(), q.key(), k.key(), q.seqLengths.tobytes(), k.seqLengths.tobytes(), lo.tobytes(),
+           hi.tobytes(), one_step)
+    got = _CORES.get(key)
+    if got is None:
+        got = _core(h, a, q, k, lo, hi, one_step, forced)
+        with _LOCK:
+            _CORES[key] = got
+            while len(_CORES) > 64:
+                _CORES.popitem(last=False)
+    return got
+
+
+def _core(h, a, q, k, lo, hi, one_step: bool, forced) -> "Core | str":
     bq, bk = q.dimA[BEAM], k.dimA[BEAM]
-    why = static_reason(a, h.place, forced_engine(), bq, bk, one_step)
+    why = static_reason(a, h.place, forced, bq, bk, one_step)
     if why:
         return why
     tq, tk = q.dimA[TIME], k.dimA[TIME]
@@ -214,6 +231,12 @@ def _view(buf, dims, strides, dtype=np.float16, offset_bytes: int = 0):
     return cupy.ndarray(tuple(dims), dtype, flat.data, strides=tuple(s * item for s in strides))
 
 
+def _regions(a, c, reserve) -> dict:
+    """The reserve space's fused regions (``descriptor.fused_regions``) as flat CuPy views."""
+    return {name: _view(reserve, (n,), (1,), np.float32 if name == "stats" else np.float16, off)
+            for name, (off, n) in fused_regions(a, c.b, c.tq, c.tk).items()}
+
+
 def _seq(buf, d, vec: int):
     """[batch, beam, time, vec] view of a sequence buffer laid out as descriptor ``d``."""
     st = d.strides()
@@ -261,10 +284,17 @@ def _stream(h):
     return h.stream if h.stream is not None else contextlib.nullcontext()
 
 
-def _sdpa_run(h, plan, ptrs: dict, values: dict):
+def _sdpa_run(h, a, c: Core, q, k, plan, ptrs: dict):
+    """Execute SDPA ``plan`` with the data pointers ``ptrs`` (uid -> address), adding the sequence
+    lengths (padding) and the by-value scalars, on the handle's stream."""
     import cupy
-    from cudnn_compat._backend.engines.cudnn_engine import lib
+    from cudnn_compat._backend.engines.cudnn_engine import lib, sdpa
     from cudnn_compat._backend.engines.cudnn_engine.plan import _device_lock
+    if c.padding:
+        len_q, len_k = _lengths(h, c, q, k)
+        ptrs[sdpa.SEQ_Q] = _const(h.device, "lq", len_q).data.ptr
+        ptrs[sdpa.SEQ_KV] = _const(h.device, "lk", len_k).data.ptr
+    values = {sdpa.SCALE: a.smScaler, sdpa.NEG: float("-inf"), sdpa.WIN: float(c.band.window), sdpa.ONE: 1.0}
     ws = cupy.empty(max(plan.workspace, 1), cupy.uint8)
     sptr = int(h.stream.ptr) if h.stream is not None else 0
     with _device_lock(h.device):
@@ -324,10 +354,8 @@ def forward(h, a, c: Core, plan, q, k, v, o, queries, keys, values, out, residua
     hh, p, pv = a.nHeads, a.qProjSize, a.vProjSize
     with cupy.cuda.Device(h.device), _stream(h):
         wt = Weights(a, weights)
-        regions = fused_regions(a, c.b, c.tq, c.tk) if reserve is not None else None
         if reserve is not None:
-            r = {name: _view(reserve, (n,), (1,), np.float16 if name != "stats" else np.float32, off)
-                 for name, (off, n) in regions.items()}
+            r = _regions(a, c, reserve)
             qp, kp, vp = r["qp"].reshape(-1, hh * p), r["kp"].reshape(-1, hh * p), r["vp"].reshape(-1, hh * pv)
             oh, stats = r["o"].reshape(-1, hh * pv), r["stats"]
             mview = _flat(reserve, mask.nbytes, mask.dtype)
@@ -341,12 +369,7 @@ def forward(h, a, c: Core, plan, q, k, v, o, queries, keys, values, out, residua
         vp = _project(_seq(values, v, a.vSize), wt.w("V"), wt.b("V"), vp)
         ptrs = {sdpa.Q: qp.data.ptr, sdpa.K: kp.data.ptr, sdpa.V: vp.data.ptr, sdpa.O: oh.data.ptr,
                 sdpa.STATS: stats.data.ptr}
-        if c.padding:
-            len_q, len_k = _lengths(h, c, q, k)
-            ptrs[sdpa.SEQ_Q] = _const(h.device, "lq", len_q).data.ptr
-            ptrs[sdpa.SEQ_KV] = _const(h.device, "lk", len_k).data.ptr
-        values_ = {sdpa.SCALE: a.smScaler, sdpa.NEG: float("-inf"), sdpa.WIN: float(c.band.window), sdpa.ONE: 1.0}
-        _sdpa_run(h, plan, ptrs, values_)
+        _sdpa_run(h, a, c, q, k, plan, ptrs)
         if wt.has_o():
             y = _mm(oh, cupy.ascontiguousarray(wt.wo3().transpose(0, 2, 1)).reshape(hh * pv, -1))
             bo = wt.b("O")
@@ -363,6 +386,8 @@ def forward(h, a, c: Core, plan, q, k, v, o, queries, keys, values, out, residua
     if reserve is not None:
         with _LOCK:
             _RESERVES[(h.device, bg.address(reserve))] = [sig, False, c]
+            while len(_RESERVES) > 64:  # reserve spaces of earlier steps, long freed
+                _RESERVES.pop(next(iter(_RESERVES)))
     return Ran("cudnn", f"sdpa fprop {plan.config}", workspace_size=plan.workspace)
 
 
@@ -392,9 +417,7 @@ def backward_data(h, a, c: Core, plan, q, k, v, o, dout, dqueries, dkeys, dvalue
     hh, p, pv = a.nHeads, a.qProjSize, a.vProjSize
     with cupy.cuda.Device(h.device), _stream(h):
         wt = Weights(a, weights)
-        regions = fused_regions(a, c.b, c.tq, c.tk)
-        r = {name: _view(reserve, (n,), (1,), np.float16 if name != "stats" else np.float32, off)
-             for name, (off, n) in regions.items()}
+        r = _regions(a, c, reserve)
         dy = _seq(dout, o, a.o_size).reshape(c.b, c.tq, -1)
         if c.padding:
             rq, rk = _row_masks(h, c, q, k)
@@ -410,12 +433,7 @@ def backward_data(h, a, c: Core, plan, q, k, v, o, dout, dqueries, dkeys, dvalue
                 sdpa.STATS: r["stats"].data.ptr, sdpa.DO: dh.data.ptr, sdpa.DQ: r["dqp"].data.ptr,
                 sdpa.DK: r["dkp"].data.ptr, sdpa.DV: r["dvp"].data.ptr, sdpa.SSUM: ssum.data.ptr,
                 sdpa.DQ_ACC: dq_acc.data.ptr}
-        if c.padding:
-            len_q, len_k = _lengths(h, c, q, k)
-            ptrs[sdpa.SEQ_Q] = _const(h.device, "lq", len_q).data.ptr
-            ptrs[sdpa.SEQ_KV] = _const(h.device, "lk", len_k).data.ptr
-        values_ = {sdpa.SCALE: a.smScaler, sdpa.NEG: float("-inf"), sdpa.WIN: float(c.band.window), sdpa.ONE: 1.0}
-        _sdpa_run(h, plan, ptrs, values_)
+        _sdpa_run(h, a, c, q, k, plan, ptrs)
         dqp, dkp, dvp = (r[n].reshape(c.b, -1, r[n].size // (c.b * (c.tq if n == "dqp" else c.tk)))
                          for n in ("dqp", "dkp", "dvp"))
         if c.padding:  # rows past the lengths: no gradient (the kernel leaves them unwritten)
@@ -436,9 +454,7 @@ def backward_weights(h, a, c: Core, q, k, v, o, queries, keys, values, dout, dwe
     hh, pv = a.nHeads, a.vProjSize
     with cupy.cuda.Device(h.device), _stream(h):
         dw = Weights(a, dweights)
-        regions = fused_regions(a, c.b, c.tq, c.tk)
-        r = {name: _view(reserve, (n,), (1,), np.float16 if name != "stats" else np.float32, off)
-             for name, (off, n) in regions.items()}
+        r = _regions(a, c, reserve)
 
         def put(dst, val):
             if add:

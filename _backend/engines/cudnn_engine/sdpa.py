@@ -24,7 +24,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 
-from .graph import ALIGNMENT, TSpec
+from .graph import TSpec, tensor_descriptor
 
 Q, K, V, O, STATS, SCALE, SEQ_Q, SEQ_KV, NEG, DO, DQ, DK, DV, SSUM, DQ_ACC, ONE, WIN = range(1, 18)
 SCALARS = {SCALE: "scale", NEG: "neg", ONE: "one", WIN: "window"}  # by-value float scalars
@@ -283,18 +283,7 @@ class SdpaPlan:
         return d
 
     def _tensor(self, t: TSpec):
-        lib = self.lib
-        d = self._new("TENSOR")
-        d.set("TENSOR_DATA_TYPE", "DATA_TYPE", lib.DATA_TYPE[t.dtype])
-        d.set("TENSOR_DIMENSIONS", "INT64", list(t.dims))
-        d.set("TENSOR_STRIDES", "INT64", list(t.strides))
-        d.set("TENSOR_UNIQUE_ID", "INT64", t.uid)
-        d.set("TENSOR_BYTE_ALIGNMENT", "INT64", ALIGNMENT)
-        if t.virtual:
-            d.set("TENSOR_IS_VIRTUAL", "BOOLEAN", True)
-        if t.by_value:
-            d.set("TENSOR_IS_BY_VALUE", "BOOLEAN", True)
-        return d.finalize()
+        return tensor_descriptor(self.lib, self._new("TENSOR"), t)
 
     def _op(self, kind, a, tds):
         lib = self.lib
