@@ -22,7 +22,12 @@ residual).  Query rows at or past
 the query sequence length are padding: out is written 0 there and dout there is ignored.
 In training mode the forward stores M in the reserve space, because
 cudnnMultiHeadAttnBackwardWeights takes no window arrays; the reserve space holds that mask
-in the compute type ([batch, beam, Tq, Tk], packed), nothing else.  Work space: none (0).
+in the compute type ([batch, beam, Tq, Tk], packed), then (HALF data) the fused path's state
+(``descriptor.fused_regions``).  Work space: none (0).
+
+On a GPU handle each call first asks ``attention.fused`` whether the fused flash-attention path
+takes it (issue 24); where it does not, this graph path runs and the reason is the plan's first
+decline (``_run``'s ``declined``).
 
 The weight buffer's layout is ``attention.descriptor.weight_layout``.  Unlike cuDNN 8.0,
 projection biases are supported by the gradient calls too.  A non-NULL paddingFill is
