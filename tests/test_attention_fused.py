@@ -15,7 +15,7 @@ from cudnn_compat.attention import fused
 from cudnn_compat.attention.descriptor import _reserve_size, fused_regions
 from cudnn_compat._backend.engines.cudnn_engine import sdpa
 from test_attention import B, BEAM, F16, F32, T, V, Setup
-from test_attention_gpu import compare, gpu, run_all  # noqa: F401 (gpu: the fixture)
+from test_attention_gpu import CONFIGS, compare, emu, gpu, run_all  # noqa: F401 (emu, gpu: fixtures)
 
 BIG = 2 ** 31 - 1
 
@@ -169,6 +169,23 @@ def test_pre_declines_lead_the_plan_declines():
     g.pre_declines = ((fused.ENGINE, "why not"),)
     plan = planner.make_plan(g, "cpu")
     assert plan.declines[0] == (fused.ENGINE, "why not")
+
+
+def test_emulated_gpu_place_falls_back_and_the_plan_names_why(emu):
+    """A GPU-place call the fused engine does not take (head size 3) runs the graph path, and the
+    reason is the first decline of its plan (what explain and CUDNN_COMPAT_LOG=info print)."""
+    import host_emu
+    cpu = cc.cudnnCreate("cpu")
+    kw = dict(CONFIGS["beam_all_to_one_padded"])
+    want, _ = run_all(cpu, Setup(cpu, np.random.default_rng(3), dtype=F16, math=cc.CUDNN_TENSOR_OP_MATH, **kw),
+                      lambda x: x.copy(), lambda x: x)
+    s = Setup(cpu, np.random.default_rng(3), dtype=F16, math=cc.CUDNN_TENSOR_OP_MATH, **kw)
+    got, engines = run_all(emu.handle(), s, lambda x: host_emu.EmuArray(x.copy()), lambda x: x.host)
+    assert engines == ["cupy"] * 3
+    name, why = cc._core.call.last_plan().declines[0]
+    assert name == fused.ENGINE and "qProjSize=3" in why and "multiples of 8" in why
+    compare(got, want, F16)
+    cc.cudnnDestroy(cpu)
 
 
 # -- GPU ---------------------------------------------------------------------------------------------
