@@ -15,7 +15,7 @@ from cudnn_compat.attention import fused
 from cudnn_compat.attention.descriptor import _reserve_size, fused_regions
 from cudnn_compat._backend.engines.cudnn_engine import sdpa
 from test_attention import B, BEAM, F16, F32, T, V, Setup
-from test_attention_gpu import CONFIGS, compare, emu, gpu, run_all  # noqa: F401 (emu, gpu: fixtures)
+from test_attention_gpu import CONFIGS, compare, gpu, run_all  # noqa: F401 (gpu: the fixture)
 
 BIG = 2 ** 31 - 1
 
@@ -27,6 +27,20 @@ def _windows(kind, tq, w=3):
     if kind == "causal":
         return np.zeros(tq, np.int32), (t + 1).astype(np.int32)
     return np.maximum(t - w + 1, 0).astype(np.int32), (t + 1).astype(np.int32)
+
+
+BASE = dict(nh=2, sizes=(16, 16, 16), proj=(8, 8, 8, 16), nb=3, tq=12, tk=12)
+CASES = {
+    "full": dict(),
+    "padding": dict(len_q=[12, 7, 3], len_k=[12, 5, 9]),
+    "causal": dict(win="causal"),
+    "padding_causal": dict(win="causal", len_q=[12, 7, 3], len_k=[10, 12, 4]),
+    "sliding_window": dict(win="window", len_q=[12, 9, 4], len_k=[12, 9, 4]),
+    "cross_lengths_time_major": dict(tk=20, axes=(T, B, BEAM, V), len_q=[12, 5, 1], len_k=[20, 3, 11]),
+    "beams_one_to_one": dict(nb=2, nbeam=2, one_to_one=True, axes=(B, BEAM, T, V), len_q=[[12, 4], [6, 12]],
+                             len_k=[[12, 3], [12, 8]]),
+    "head_dims_16_no_o_proj": dict(proj=(16, 16, 16, 0)),
+}
 
 
 # -- CPU: the decision -------------------------------------------------------------------------------
@@ -171,38 +185,51 @@ def test_pre_declines_lead_the_plan_declines():
     assert plan.declines[0] == (fused.ENGINE, "why not")
 
 
-def test_emulated_gpu_place_falls_back_and_the_plan_names_why(emu):
-    """A GPU-place call the fused engine does not take (head size 3) runs the graph path, and the
-    reason is the first decline of its plan (what explain and CUDNN_COMPAT_LOG=info print)."""
-    import host_emu
+class _GpuHandle:
+    place, device, stream = "gpu", 0, None
+
+
+@pytest.mark.parametrize("name, kw, words", [
+    ("head size 3", dict(CONFIGS["beam_all_to_one_padded"]), "qProjSize=3"),
+    ("windows", dict(BASE, tq=4, tk=5, lo=[0, 1, 3, 2], hi=[2, 4, 3, 5]), "hiWinIdx"),
+    ("empty row", dict(BASE, len_q=[12, 7, 3], len_k=[12, 0, 9]), "no key in its window"),
+])
+def test_the_calls_decision_on_real_descriptors(name, kw, words):
+    """``compute._fused_core`` (what each call asks before its graph path) on a GPU-place handle:
+    the reason it returns is the one ``_run`` puts first in the plan's declines."""
+    from cudnn_compat.attention import compute
     cpu = cc.cudnnCreate("cpu")
-    kw = dict(CONFIGS["beam_all_to_one_padded"])
-    want, _ = run_all(cpu, Setup(cpu, np.random.default_rng(3), dtype=F16, math=cc.CUDNN_TENSOR_OP_MATH, **kw),
-                      lambda x: x.copy(), lambda x: x)
     s = Setup(cpu, np.random.default_rng(3), dtype=F16, math=cc.CUDNN_TENSOR_OP_MATH, **kw)
-    got, engines = run_all(emu.handle(), s, lambda x: host_emu.EmuArray(x.copy()), lambda x: x.host)
-    assert engines == ["cupy"] * 3
-    name, why = cc._core.call.last_plan().declines[0]
-    assert name == fused.ENGINE and "qProjSize=3" in why and "multiples of 8" in why
-    compare(got, want, F16)
+    desc = cc.attention.descriptor
+    a, q, k = desc.attn_desc(s.attn), desc.seq_desc(s.qd, "qDesc"), desc.seq_desc(s.kd, "kDesc")
+    c, plan, why = compute._fused_core(_GpuHandle(), a, q, k, s.lo.astype(np.int64), s.hi.astype(np.int64), False,
+                                       None)
+    assert c is None and plan is None and words in why, why
+    c, plan, why = compute._fused_core(_CpuHandle(), a, q, k, s.lo, s.hi, False, None)
+    assert (c, plan, why) == (None, None, None)  # the CPU place never asks
     cc.cudnnDestroy(cpu)
 
 
+def test_the_calls_decision_takes_the_issue_shape_class():
+    from cudnn_compat.attention import compute
+    cpu = cc.cudnnCreate("cpu")
+    s = Setup(cpu, np.random.default_rng(3), dtype=F16, math=cc.CUDNN_TENSOR_OP_MATH,
+              **dict(BASE, len_q=[12, 7, 3], len_k=[12, 5, 9]))
+    desc = cc.attention.descriptor
+    a, q, k = desc.attn_desc(s.attn), desc.seq_desc(s.qd, "qDesc"), desc.seq_desc(s.kd, "kDesc")
+    lo, hi = _windows("causal", 12)
+    c, plan, why = compute._fused_core(_GpuHandle(), a, q, k, lo.astype(np.int64), hi.astype(np.int64), False, None)
+    assert why is None and c.padding and c.band == fused.Band(causal=True)
+    assert (c.sdpa.b, c.sdpa.h, c.sdpa.sq, c.sdpa.dqk) == (3, 2, 12, 8)
+    assert c.sdpa.q == (12 * 2 * 8, 8, 2 * 8, 1)  # heads interleaved (BSHD), as the projection GEMM writes them
+    cc.cudnnDestroy(cpu)
+
+
+class _CpuHandle:
+    place, device, stream = "cpu", 0, None
+
+
 # -- GPU ---------------------------------------------------------------------------------------------
-
-BASE = dict(nh=2, sizes=(16, 16, 16), proj=(8, 8, 8, 16), nb=3, tq=12, tk=12)
-CASES = {
-    "full": dict(),
-    "padding": dict(len_q=[12, 7, 3], len_k=[12, 5, 9]),
-    "causal": dict(win="causal"),
-    "padding_causal": dict(win="causal", len_q=[12, 7, 3], len_k=[10, 12, 4]),
-    "sliding_window": dict(win="window", len_q=[12, 9, 4], len_k=[12, 9, 4]),
-    "cross_lengths_time_major": dict(tk=20, axes=(T, B, BEAM, V), len_q=[12, 5, 1], len_k=[20, 3, 11]),
-    "beams_one_to_one": dict(nb=2, nbeam=2, one_to_one=True, axes=(B, BEAM, T, V), len_q=[[12, 4], [6, 12]],
-                             len_k=[[12, 3], [12, 8]]),
-    "head_dims_16_no_o_proj": dict(proj=(16, 16, 16, 0)),
-}
-
 
 def _setup(cpu, name, seed=11):
     kw = dict(BASE)
