@@ -126,7 +126,8 @@ def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None, key=N
     forced = forced if forced is not None else forced_engine()
     excluded = dict(e if isinstance(e, tuple) else (e, "") for e in exclude)
     configs, declines = get_engine_configs(graph, place, mode, forced)
-    declines = list(declines)
+    # a path the caller tried before this graph (the fused attention of cudnn_compat.attention)
+    declines = list(getattr(graph, "pre_declines", ())) + list(declines)
     for eng, cfg in configs:
         if eng.name in excluded:
             why = excluded[eng.name]

@@ -1,24 +1,30 @@
-"""Multi-head attention (issue 18 item 1): ours (cudnnMultiHeadAttnForward, BackwardData +
-BackwardWeights through the legacy API on a GPU handle, the cupy engine, CPU fallback forbidden)
-vs torch ``nn.MultiheadAttention`` (forward, and its backward through autograd) on the issue's
-shape: fp16, batch 32, 512 tokens, embedding 512, 8 heads (projection 64), every projection and
-bias, CUDNN_TENSOR_OP_MATH, self-attention, smScaler 1/sqrt(64).
+"""Multi-head attention (issue 18 item 1, issue 24 items 1 and 4): ours (cudnnMultiHeadAttnForward,
+BackwardData, BackwardWeights through the legacy API on a GPU handle: the attention core through
+cuDNN's fused flash-attention graph, projections on cuBLAS; CPU fallback forbidden) vs torch
+``nn.MultiheadAttention`` (need_weights=False; its backward through autograd), fp16, every
+projection and bias, CUDNN_TENSOR_OP_MATH, self-attention, smScaler 1/sqrt(head dim), at
+``SHAPES`` (batch, tokens, embedding, heads): B32 T512 E512 8 heads (head 64), T128, T2048
+(batch 8) and head dim 128.
 
-CUDA events, medians over ``--reps`` of ``--iters`` back-to-back calls (host cost included).
-Rows: forward inference (no reserve space; torch under no_grad), forward training (reserve space;
-torch with autograd recording), backward (ours: BackwardData + BackwardWeights; torch: the
-autograd backward of the output to the inputs and every parameter).  ``ratio`` = ours / torch
-(< 1: ours faster).  Errors: ``err_torch`` = max |ours - torch| / max |torch| of the forward output
-with the same weights (torch's in_proj/out_proj mapped onto the attention weight buffer), and
-``err_reference`` of all three calls against the reference engine (CPU handle) at a small shape.
+CUDA events, medians over ``--reps`` of ``--iters`` back-to-back calls (host cost included),
+inputs resident on the device.  Rows: forward inference (no reserve space; torch under no_grad),
+forward_training (reserve space; torch with autograd recording), backward_data, backward_weights
+and backward (both; torch: the autograd backward of the output to the inputs and every
+parameter, which has no split).  ``ratio`` = ours / torch (< 1: ours faster);
+``training_step`` = forward_training + backward.  ``torch_sdpa_kernel``: torch's
+F.scaled_dot_product_attention alone on the shape's core.  Errors: ``err_torch`` = max |ours -
+torch| / max |torch| of the forward output with the same weights, and ``err_reference`` of all
+three calls against the reference engine (CPU handle) at a small shape.  The JSON records the
+device, the git commit (``--commit`` where the tree has no git) and the UTC time.
 
-    python benchmarks/bench_attention.py [--quick] [--iters 20] [--reps 7] [--out benchmarks/results]
+    python benchmarks/bench_attention.py [--quick] [--iters 10] [--reps 5] [--commit SHA] [--out DIR]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -104,10 +110,16 @@ class Attn:
                                      rs, res)
 
     def backward(self):
+        self.backward_data()
+        self.backward_weights()
+
+    def backward_data(self):
         dq, dk, dv = self.dx
         cc.cudnnMultiHeadAttnBackwardData(self.h, self.attn, self.lo, self.hi, None, None, self.sd, self.dy, self.sd, dq,
                                           self.x, self.sd, dk, self.x, self.sd, dv, self.x, self.wsize, self.w, 0, None,
                                           self.rsize, self.reserve)
+
+    def backward_weights(self):
         cc.cudnnMultiHeadAttnBackwardWeights(self.h, self.attn, cc.CUDNN_WGRAD_MODE_SET, self.sd, self.x, self.sd,
                                              self.x, self.sd, self.x, self.sd, self.dy, self.wsize, self.w, self.dw, 0,
                                              None, self.rsize, self.reserve)
@@ -144,24 +156,44 @@ def err_reference(batch=2, tokens=48, embed=64, heads=4) -> float:
     return max(errs), errs, engine
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="bench_attention.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: a small shape, few iterations")
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--out", default=None, help="folder for the JSON (default benchmarks/results)")
-    args = ap.parse_args(argv)
-    if torch is None:
-        return missing_gpu_stack(__file__, _MISSING)
-    shape = (4, 128, 256, 8) if args.quick else (32, 512, 512, 8)
-    iters, reps = (3, 3) if args.quick else (args.iters, args.reps)
+SHAPES = [(32, 512, 512, 8), (32, 128, 512, 8), (8, 2048, 512, 8), (32, 512, 1024, 8)]  # head dims 64, 64, 64, 128
+
+
+def git_commit() -> str:
+    import subprocess
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    except Exception:  # noqa: BLE001 - no git (a copied tree)
+        return "unknown"
+
+
+def torch_sdpa_ms(shape, iters, reps) -> dict:
+    """torch's own fused attention kernel (F.scaled_dot_product_attention) at the shape's core."""
+    b, t, e, nh = shape
+    q, k, v = (torch.randn(b, nh, t, e // nh, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
+    g = torch.randn(b, nh, t, e // nh, device="cuda", dtype=torch.float16)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def fwd():
+        with torch.no_grad():
+            sdpa(q, k, v)
+
+    def fwd_bwd():
+        torch.autograd.grad(sdpa(q, k, v), (q, k, v), g)
+
+    f = cuda_time(fwd, iters, reps, warm=2, events="torch", before=torch.cuda.synchronize)
+    fb = cuda_time(fwd_bwd, iters, reps, warm=2, events="torch", before=torch.cuda.synchronize)
+    return {"forward_ms": f["ms"], "forward_backward_ms": fb["ms"]}
+
+
+def bench_shape(shape, iters, reps) -> dict:
     h = cc.cudnnCreate("gpu")
     a = Attn(h, cupy, *shape)
     m, x, dy = torch_mha(a)
-    rows = {}
-
     a.forward()
     engine = cc._core.call.last_plan().engine
+    config = str(cc._core.call.last_plan().config)
     with torch.no_grad():
         ref_y = m(x, x, x, need_weights=False)[0]
     torch.cuda.synchronize()
@@ -180,27 +212,66 @@ def main(argv=None) -> int:
     def t_bwd():
         torch.autograd.grad(y, params, dy, retain_graph=True)
 
+    a.forward(training=True)
+    a.backward()
+    engines = {}
+    for name, fn in (("forward", lambda: a.forward()), ("forward_training", lambda: a.forward(training=True)),
+                     ("backward_data", a.backward_data), ("backward_weights", a.backward_weights)):
+        fn()
+        engines[name] = (cc._core.call.last_plan().engine, str(cc._core.call.last_plan().config))
+    rows = {}
     ours = {"forward": lambda: a.forward(), "forward_training": lambda: a.forward(training=True),
-            "backward": a.backward}
+            "backward_data": a.backward_data, "backward_weights": a.backward_weights, "backward": a.backward}
     theirs = {"forward": t_fwd, "forward_training": t_fwd_train, "backward": t_bwd}
     a.forward(training=True)
     for name in ours:
         o = cuda_time(ours[name], iters, reps, warm=2)
-        t = cuda_time(theirs[name], iters, reps, warm=2, events="torch", before=torch.cuda.synchronize)
-        rows[name] = {"ours_ms": o["ms"], "torch_ms": t["ms"], "ratio": o["ms"] / t["ms"],
-                      "ours_min_ms": o["min_ms"], "torch_min_ms": t["min_ms"],
-                      "engine": cc._core.call.last_plan().engine if name != "backward" else engine}
+        row = {"ours_ms": o["ms"], "ours_min_ms": o["min_ms"], "engine": engines.get(name, engines["backward_data"])}
+        if name in theirs:
+            t = cuda_time(theirs[name], iters, reps, warm=2, events="torch", before=torch.cuda.synchronize)
+            row.update(torch_ms=t["ms"], torch_min_ms=t["min_ms"], ratio=o["ms"] / t["ms"])
+        rows[name] = row
+    train_ours = rows["forward_training"]["ours_ms"] + rows["backward"]["ours_ms"]
+    train_torch = rows["forward_training"]["torch_ms"] + rows["backward"]["torch_ms"]
+    cc.cudnnDestroy(h)
+    return {"shape": {"batch": shape[0], "tokens": shape[1], "embed": shape[2], "heads": shape[3],
+                      "head_dim": shape[2] // shape[3]},
+            "rows": rows, "training_step": {"ours_ms": train_ours, "torch_ms": train_torch,
+                                            "ratio": train_ours / train_torch},
+            "torch_sdpa_kernel": torch_sdpa_ms(shape, iters, reps), "engine": engine, "config": config,
+            "err_torch": err_torch}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_attention.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: a small shape, few iterations")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--commit", default=None, help="git commit to record (default: git rev-parse HEAD)")
+    ap.add_argument("--out", default=None, help="folder for the JSON (default benchmarks/results)")
+    args = ap.parse_args(argv)
+    if torch is None:
+        return missing_gpu_stack(__file__, _MISSING)
+    shapes = [(4, 128, 256, 8)] if args.quick else SHAPES
+    iters, reps = (3, 3) if args.quick else (args.iters, args.reps)
+    results = [bench_shape(s, iters, reps) for s in shapes]
     err_ref, errs, ref_engine = err_reference()
-    print(f"device: {device_name()}   shape (batch, tokens, embed, heads) = {shape}, fp16, TENSOR_OP_MATH")
-    print(f"{'call':18s} {'ours ms':>9s} {'torch ms':>9s} {'ratio':>7s}")
-    for name, r in rows.items():
-        print(f"{name:18s} {fmt_ms(r['ours_ms'])} {fmt_ms(r['torch_ms'])} {r['ratio']:7.2f}")
-    print(f"engine: {engine}; err vs torch (forward): {err_torch:.2e}; err vs reference (fwd, dq, dk, dv, dw at a "
-          f"small shape, engine {ref_engine}): {err_ref:.2e}")
-    payload = meta(benchmark="attention", shape={"batch": shape[0], "tokens": shape[1], "embed": shape[2],
-                                                 "heads": shape[3]}, dtype="float16", math="TENSOR_OP_MATH",
-                   quick=args.quick, iters=iters, reps=reps, rows=rows, engine=engine, err_torch=err_torch,
-                   err_reference=err_ref, err_reference_each=errs)
+    print(f"device: {device_name()}   fp16, TENSOR_OP_MATH, every projection and bias; ms (ours / torch)")
+    for r in results:
+        sh = r["shape"]
+        print(f"B{sh['batch']} T{sh['tokens']} E{sh['embed']} H{sh['heads']} (head {sh['head_dim']}), "
+              f"engine {r['engine']} [{r['config']}], err vs torch {r['err_torch']:.2e}")
+        for name, row in r["rows"].items():
+            t = f"{fmt_ms(row['torch_ms'])} {row['ratio']:7.2f}" if "torch_ms" in row else ""
+            print(f"  {name:18s} {fmt_ms(row['ours_ms'])} {t}")
+        ts, k = r["training_step"], r["torch_sdpa_kernel"]
+        print(f"  {'fwd_train+bwd':18s} {fmt_ms(ts['ours_ms'])} {fmt_ms(ts['torch_ms'])} {ts['ratio']:7.2f}"
+              f"   (torch SDPA kernel alone: fwd {k['forward_ms']:.3f}, fwd+bwd {k['forward_backward_ms']:.3f})")
+    print(f"err vs reference (fwd, dq, dk, dv, dw at a small shape, engine {ref_engine}): {err_ref:.2e}")
+    payload = meta(benchmark="attention", dtype="float16", math="TENSOR_OP_MATH", quick=args.quick, iters=iters,
+                   reps=reps, shapes=results, err_reference=err_ref, err_reference_each=errs,
+                   git_commit=args.commit or git_commit(),
+                   utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     path = write_json("bench_attention" + ("_quick" if args.quick else ""), payload, args.out)
     print(f"wrote {path}")
     return 0

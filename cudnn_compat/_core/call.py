@@ -310,3 +310,8 @@ _LAST = threading.local()
 def last_plan():
     """The plan the last legacy call on this thread executed (None before any)."""
     return getattr(_LAST, "plan", None)
+
+
+def set_last_plan(plan) -> None:
+    """What a call that ran outside ``run`` (attention's fused path) reports to ``last_plan``."""
+    _LAST.plan = plan

@@ -22,7 +22,12 @@ residual).  Query rows at or past
 the query sequence length are padding: out is written 0 there and dout there is ignored.
 In training mode the forward stores M in the reserve space, because
 cudnnMultiHeadAttnBackwardWeights takes no window arrays; the reserve space holds that mask
-in the compute type ([batch, beam, Tq, Tk], packed), nothing else.  Work space: none (0).
+in the compute type ([batch, beam, Tq, Tk], packed), then (HALF data) the fused path's state
+(``descriptor.fused_regions``).  Work space: none (0).
+
+On a GPU handle each call first asks ``attention.fused`` whether the fused flash-attention path
+takes it (issue 24); where it does not, this graph path runs and the reason is the plan's first
+decline (``_run``'s ``declined``).
 
 The weight buffer's layout is ``attention.descriptor.weight_layout``.  Unlike cuDNN 8.0,
 projection biases are supported by the gradient calls too.  A non-NULL paddingFill is
@@ -37,14 +42,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from cudnn_compat._backend import dtypes
+from cudnn_compat._backend.heuristics import forced_engine
 from .._core import bound_graph as bg
-from .._core.call import compute_dtype
+from .._core.call import compute_dtype, set_last_plan as _set_last
 from .._core.data import preflight
 from .._core.registry import legacy
 from ..ctc import host_ints, on_place
 from ..enums import ENUMS, is_valid, name_of
 from ..errors import check
 from ..handle import get_handle
+from . import fused
 from .descriptor import (BATCH, BEAM, TIME, VECT, WKIND, AttnDescriptor, _reserve_size, attn_desc, seq_desc,
                          weight_layout)
 
@@ -78,7 +85,20 @@ class _Cfg:
     math: str = "DEFAULT_MATH"  # the descriptor's math type, stamped on every Matmul (math_policy)
 
 
+_CFGS: dict = {}  # descriptor keys -> _Cfg (a repeated call builds its signature once)
+
+
 def _cfg(a: AttnDescriptor, qd, kd, vd, od, tq: int) -> _Cfg:
+    key = (a.key(), qd.key(), kd.key(), vd.key(), od.key(), tq)
+    got = _CFGS.get(key)
+    if got is None:
+        if len(_CFGS) > 256:
+            _CFGS.clear()
+        got = _CFGS[key] = _make_cfg(a, qd, kd, vd, od, tq)
+    return got
+
+
+def _make_cfg(a: AttnDescriptor, qd, kd, vd, od, tq: int) -> _Cfg:
     layout, _ = weight_layout(a)
     item = dtypes.itemsize(a.dtype)
     strides = tuple((role, tuple(d.strides()[ax] for ax in (BATCH, BEAM, TIME)))
@@ -454,6 +474,8 @@ def _placed_masks(h, a, q, k, lo, hi, rows, ct) -> tuple:
 def _windows(loWinIdx, hiWinIdx, rows):
     n = int(max(rows)) + 1
     lo, hi = host_ints(loWinIdx, n, "loWinIdx"), host_ints(hiWinIdx, n, "hiWinIdx")
+    if len(rows) == n:  # every step (rows = 0 .. n-1)
+        return lo[:n].astype(np.int64), hi[:n].astype(np.int64)
     return lo[rows].astype(np.int64), hi[rows].astype(np.int64)
 
 
@@ -484,10 +506,36 @@ def _checked(h, a, seqs, weights=(), reserve=None, workspace=None) -> list:
     return out
 
 
-def _run(h, a, name, cfg, build, buffers, extra_key=()):
-    key = ("MultiHeadAttn" + name, cfg) + tuple(extra_key)
+def _run(h, a, name, cfg, build, buffers, extra_key=(), declined=None):
+    """The graph path; ``declined``: why the fused path (``attention.fused``) did not run, kept
+    as the first decline of the plan (explain, CUDNN_COMPAT_LOG=info)."""
+    key = ("MultiHeadAttn" + name, cfg) + tuple(extra_key) + ((("declined", declined),) if declined else ())
     bound = bg.prepare(key, build)
+    if declined and bound is not None:
+        bound.graph.pre_declines = ((fused.ENGINE, declined),)
     bg.execute(h, key, bound, buffers, {"smScaler": a.smScaler, "big": BIG})
+
+
+def _fused_core(h, a, q, k, lo, hi, one_step, which):
+    """(Core, SdpaPlan or None, None) when the call runs fused, else (None, None, reason); the
+    CPU place gives (None, None, None)."""
+    if h.place != "gpu":
+        return None, None, None
+    c = fused.core(h, a, q, k, lo, hi, one_step)
+    if isinstance(c, str):
+        return None, None, c
+    if which is None:
+        return c, None, None
+    plan = fused.plan_for(h.device, which, c.sdpa)
+    if isinstance(plan, str):
+        return None, None, plan
+    return c, plan, None
+
+
+def _on_host(buffers) -> "str | None":
+    if any(isinstance(b, np.ndarray) for b in buffers):
+        return "host (NumPy) buffers on a GPU handle"
+    return None
 
 
 # -- the compute calls ---------------------------------------------------------------------------
@@ -523,7 +571,10 @@ def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLe
     if training:
         need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
         _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
-    mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
+    c, splan, declined = _fused_core(h, a, q, k, lo, hi, one_step, "fprop")
+    mask = row_mask = None  # the fused inference needs no window mask
+    if c is None or training:
+        mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
     seqs = [(queries, q, "queries", False), (keys, k, "keys", False), (values, v, "values", False), (out, o, "out", True)]
     if with_res:
         seqs.append((residuals, q, "residuals", False))
@@ -534,6 +585,17 @@ def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLe
     weights = checked[len(seqs)]
     if training:
         reserveSpace = checked[len(seqs) + 1]
+    if c is not None:
+        declined = _on_host(checked)
+    if c is not None and declined is None:
+        sig = fused.signature(a, c, q, k, lo, hi)
+        _set_last(fused.forward(h, a, c, splan, q, k, v, o, queries, keys, values, out, residuals if with_res else None,
+                                weights, reserveSpace if training else None, mask, sig))
+        return
+    if training and h.place == "gpu":
+        fused.forget(h, reserveSpace)
+    if mask is None:
+        mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
 
     def build():
         g = _Graph("MultiHeadAttnForward", cfg)
@@ -549,7 +611,7 @@ def multiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLe
                "weights": weights, "mask": mask, "rowMask": row_mask, "reserveSpace": reserveSpace}
     if with_res:
         buffers["residuals"] = bg.at(residuals, step)
-    _run(h, a, "Forward", cfg, build, buffers, (with_res, training))
+    _run(h, a, "Forward", cfg, build, buffers, (with_res, training), declined)
 
 
 @legacy("cudnnMultiHeadAttnBackwardData")
@@ -572,11 +634,21 @@ def multiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLength
     cfg = _cfg(a, q, k, v, o, len(rows))
     need = _reserve_size(a, cfg.b, cfg.bq, cfg.tq, cfg.tk)
     _check_reserve(need, reserveSpace, reserveSpaceSizeInBytes)
+    c, splan, declined = _fused_core(h, a, q, k, lo, hi, False, "bprop")
     mask, row_mask = _placed_masks(h, a, q, k, lo, hi, np.array(rows), cfg.ct)
     dout, dqueries, queries, dkeys, keys, dvalues, values, weights, _rs = _checked(
         h, a, [(dout, o, "dout", False), (dqueries, q, "dqueries", True), (queries, q, "queries", False),
                (dkeys, k, "dkeys", True), (keys, k, "keys", False), (dvalues, v, "dvalues", True),
                (values, v, "values", False)], [(weights, "weights", False)], (reserveSpace, need, False), workSpace)[:9]
+    if c is not None:
+        declined = _on_host((dout, dqueries, queries, dkeys, keys, dvalues, values, weights, _rs))
+    if c is not None and declined is None:
+        state = fused.reserve_state(h, _rs, fused.signature(a, c, q, k, lo, hi))
+        if isinstance(state, str):
+            declined = state
+        else:
+            _set_last(fused.backward_data(h, a, c, splan, q, k, v, o, dout, dqueries, dkeys, dvalues, weights, _rs))
+            return
 
     def build():
         g = _Graph("MultiHeadAttnBackwardData", cfg)
@@ -585,7 +657,7 @@ def multiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLength
 
     buffers = {"dout": dout, "dqueries": dqueries, "queries": queries, "dkeys": dkeys, "keys": keys, "dvalues": dvalues,
                "values": values, "weights": weights, "mask": mask, "rowMask": row_mask}
-    _run(h, a, "BackwardData", cfg, build, buffers)
+    _run(h, a, "BackwardData", cfg, build, buffers, (), declined)
 
 
 @legacy("cudnnMultiHeadAttnBackwardWeights")
@@ -616,6 +688,20 @@ def multiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDes
     if total == 0:
         return  # no projections: nothing is trainable
     add = int(addGrad) == WGRAD["CUDNN_WGRAD_MODE_ADD"]
+    declined = None
+    if h.place == "gpu":
+        declined = fused.static_reason(a, h.place, forced_engine(), q.dimA[BEAM], k.dimA[BEAM], False) or \
+            _on_host((queries, keys, values, dout, weights, dweights, reserveSpace))
+        if declined is None:
+            c = fused.reserve_state(h, reserveSpace, (a.key(),), weights=True)
+            if isinstance(c, str):
+                declined = c
+            elif (c.b, c.tq, c.tk, c.lengths) != (cfg.b * cfg.bq, cfg.tq, cfg.tk, fused.lengths_key(q, k)):
+                declined = "the descriptors' sizes or sequence lengths differ from the fused forward's"
+            else:
+                _set_last(fused.backward_weights(h, a, c, q, k, v, o, queries, keys, values, dout, dweights, reserveSpace,
+                                                 add))
+                return
     row_mask = (np.arange(cfg.tq)[None, None, :] < q.lengths()[:, :, None]).astype(
         np.float64 if cfg.ct == "float64" else np.float32)
 
@@ -626,4 +712,4 @@ def multiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDes
 
     buffers = {"dout": dout, "queries": queries, "keys": keys, "values": values, "weights": weights, "dweights": dweights,
                "mask": reserveSpace, "rowMask": on_place(h, row_mask)}
-    _run(h, a, "BackwardWeights", cfg, build, buffers, (add,))
+    _run(h, a, "BackwardWeights", cfg, build, buffers, (add,), declined)

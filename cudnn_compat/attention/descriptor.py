@@ -243,8 +243,21 @@ def getAttnDescriptor(attnDesc) -> tuple:
 
 # -- weights and buffer sizes -------------------------------------------------------------------
 
+_LAYOUTS: dict = {}  # attention descriptor key -> weight_layout (every compute call asks, several times)
+
+
 def weight_layout(a: AttnDescriptor) -> tuple:
     """({wKind: (byte offset, dims)}, total bytes): present tensors only, 16-byte aligned."""
+    key = a.key()
+    got = _LAYOUTS.get(key)
+    if got is None:
+        if len(_LAYOUTS) > 256:
+            _LAYOUTS.clear()
+        got = _LAYOUTS[key] = _weight_layout(a)
+    return got
+
+
+def _weight_layout(a: AttnDescriptor) -> tuple:
     h = a.nHeads
     shapes = {
         WKIND["CUDNN_MH_ATTN_Q_WEIGHTS"]: (h, a.qProjSize, a.qSize) if a.qProjSize else None,
@@ -266,15 +279,47 @@ def weight_layout(a: AttnDescriptor) -> tuple:
     return layout, off
 
 
+FUSED_ALIGN = 256  # bytes; each region of the fused path's reserve space
+
+
+def _mask_bytes(a: AttnDescriptor, n: int, tq: int, tk: int) -> int:
+    return -(-(n * tq * tk * dtypes.itemsize(compute_dtype(a.dtype))) // FUSED_ALIGN) * FUSED_ALIGN
+
+
+def fused_regions(a: AttnDescriptor, n: int, tq: int, tk: int) -> dict:
+    """{name: (byte offset, elements)} of what the fused path (``attention.fused``) keeps in the
+    reserve space after the window mask, for ``n`` = batch * beam sequences: the projections
+    qp, kp, vp and the heads o (fp16, [n, time, heads * size]), the softmax statistics (fp32,
+    [n, heads, tq]) and the projection gradients dqp, dkp, dvp.  Empty unless HALF data with
+    Q, K and V projections (the only case that runs fused)."""
+    if a.dtype != "float16" or not (a.qProjSize and a.kProjSize and a.vProjSize):
+        return {}
+    h = a.nHeads
+    sizes = (("qp", n * tq * h * a.qProjSize, 2), ("kp", n * tk * h * a.kProjSize, 2), ("vp", n * tk * h * a.vProjSize, 2),
+             ("o", n * tq * h * a.vProjSize, 2), ("stats", n * h * tq, 4), ("dqp", n * tq * h * a.qProjSize, 2),
+             ("dkp", n * tk * h * a.kProjSize, 2), ("dvp", n * tk * h * a.vProjSize, 2))
+    out, off = {}, _mask_bytes(a, n, tq, tk)
+    for name, count, item in sizes:
+        out[name] = (off, count)
+        off += -(-(count * item) // FUSED_ALIGN) * FUSED_ALIGN
+    return out
+
+
 def _reserve_size(a: AttnDescriptor, b: int, beam: int, tq: int, tk: int) -> int:
-    n = b * beam * tq * tk * dtypes.itemsize(compute_dtype(a.dtype))
-    return -(-n // ALIGN) * ALIGN
+    """The window mask ([b * beam, tq, tk] in the compute type), then ``fused_regions``."""
+    regions = fused_regions(a, b * beam, tq, tk)
+    if not regions:
+        n = b * beam * tq * tk * dtypes.itemsize(compute_dtype(a.dtype))
+        return -(-n // ALIGN) * ALIGN
+    off, count = regions["dvp"]
+    return off + -(-(count * 2) // FUSED_ALIGN) * FUSED_ALIGN
 
 
 @legacy("cudnnGetMultiHeadAttnBuffers")
 def getMultiHeadAttnBuffers(handle, attnDesc) -> tuple:
     """(weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes) (002 §7.2.15): the
-    reserve holds the window mask for the largest sequences the descriptor allows; pass a
+    reserve holds the window mask for the largest sequences the descriptor allows, and for HALF
+    data the fused path's projections, statistics and gradients (``fused_regions``); pass a
     reserve of 0 bytes / NULL for inference."""
     get_handle(handle)
     a = attn_desc(attnDesc)

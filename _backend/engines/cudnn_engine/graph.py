@@ -429,6 +429,20 @@ def _fusion(graph, scale_mode: str = "attr") -> Native:
 # --------------------------------------------------------------------------- native descriptors
 
 
+def tensor_descriptor(lib, d, t: TSpec):
+    """Backend TENSOR descriptor ``d`` (created by the caller, who owns it) set to ``t``, finalized."""
+    d.set("TENSOR_DATA_TYPE", "DATA_TYPE", lib.DATA_TYPE[t.dtype])
+    d.set("TENSOR_DIMENSIONS", "INT64", list(t.dims))
+    d.set("TENSOR_STRIDES", "INT64", list(t.strides))
+    d.set("TENSOR_UNIQUE_ID", "INT64", t.uid)
+    d.set("TENSOR_BYTE_ALIGNMENT", "INT64", ALIGNMENT)
+    if t.virtual:
+        d.set("TENSOR_IS_VIRTUAL", "BOOLEAN", True)
+    if t.by_value:
+        d.set("TENSOR_IS_BY_VALUE", "BOOLEAN", True)
+    return d.finalize()
+
+
 class NativeGraph:
     """The finalized backend tensors, operations and operation graph of a ``Native`` spec.
     ``alpha``/``beta`` are baked into the convolution of a conv_blend spec."""
@@ -456,17 +470,7 @@ class NativeGraph:
         return d
 
     def _tensor(self, lib, t: TSpec):
-        d = self._new(lib, "TENSOR")
-        d.set("TENSOR_DATA_TYPE", "DATA_TYPE", lib.DATA_TYPE[t.dtype])
-        d.set("TENSOR_DIMENSIONS", "INT64", list(t.dims))
-        d.set("TENSOR_STRIDES", "INT64", list(t.strides))
-        d.set("TENSOR_UNIQUE_ID", "INT64", t.uid)
-        d.set("TENSOR_BYTE_ALIGNMENT", "INT64", ALIGNMENT)
-        if t.virtual:
-            d.set("TENSOR_IS_VIRTUAL", "BOOLEAN", True)
-        if t.by_value:
-            d.set("TENSOR_IS_BY_VALUE", "BOOLEAN", True)
-        return d.finalize()
+        return tensor_descriptor(lib, self._new(lib, "TENSOR"), t)
 
     def _op(self, lib, o: NOp, tds, spec, values):
         def val(ref, default):
