@@ -1,0 +1,224 @@
+"""The numpy engine (the CPU place's default, issue 25) against the reference engine (float64,
+the oracle), op kind by op kind, on the same inputs, within the tolerances of docs/conventions.md
+("The numpy engine's tolerance").  Each row builds one graph, runs it on both engines (forced),
+and checks the default CPU plan is the numpy engine's.  The "kernels" rows (norms, pooling,
+softmax, LRN, RNN, CTC, sampler) live in their own section below the conv/pointwise/matmul/
+reduction ones."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from cudnn_compat._backend import planner
+from cudnn_compat._backend.engines.base import VariantPack
+from cudnn_compat._backend.engines.reference.pointwise import BINARY, UNARY
+from cudnn_compat._backend.engines.reference.reduction import OPS as REDUCTION_MODES
+from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar, virtual
+
+# op kind -> (rtol, atol relative to max(1, max|ref|)) for float32 data; docs/conventions.md
+TOL32 = {"Pointwise": (2e-6, 1e-6), "Reduction": (1e-5, 1e-6), "Matmul": (1e-5, 1e-5),
+         "ConvolutionForward": (1e-5, 1e-5), "ConvolutionBackwardData": (1e-5, 1e-5),
+         "ConvolutionBackwardFilter": (1e-5, 1e-5)}
+TOL64 = (1e-12, 1e-12)
+
+
+def T(uid, dims, dtype="float32", strides=None):
+    return Tensor(uid, tuple(dims), tuple(strides or packed_strides(dims)), dtype)
+
+
+def _buffer(t, rng, fill=None, positive=False):
+    """A NumPy view with ``t``'s dims and strides over a fresh buffer."""
+    span = 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))
+    base = np.full(span, np.nan) if fill is None else np.full(span, fill)
+    if fill is None:
+        base = rng.uniform(0.2, 2.0, span) if positive else rng.standard_normal(span)
+    base = base.astype(np.float32 if t.dtype == "float32" else np.float64)
+    it = base.itemsize
+    return np.lib.stride_tricks.as_strided(base, t.dims, tuple(s * it for s in t.strides))
+
+
+def run_both(graph, inputs: dict, scalars: dict, kind: str, dtype="float32"):
+    """Execute ``graph`` on the numpy and the reference engines from the same inputs; assert the
+    default CPU plan is numpy's and the outputs agree within the kind's tolerance."""
+    assert planner.make_plan(graph, "cpu").engine == "numpy"
+    got = {}
+    for eng in ("numpy", "reference"):
+        plan = planner.make_plan(graph, "cpu", forced=eng)
+        assert plan.engine == eng
+        data = {uid: buf.copy() for uid, buf in inputs.items()}
+        outs = {}
+        for t in graph.external_outputs():
+            prior = inputs.get(t.uid)
+            outs[t.uid] = data[t.uid] if prior is not None else np.full(t.dims, np.nan, inputs_dtype(t))
+            data[t.uid] = outs[t.uid]
+        data.update(scalars)
+        plan.execute(VariantPack(data))
+        got[eng] = {u: np.array(v, dtype=np.float64) for u, v in outs.items()}
+    rtol, atol = TOL32[kind] if dtype == "float32" else TOL64
+    for uid, ref in got["reference"].items():
+        finite = np.abs(ref[np.isfinite(ref)])
+        scale = max(1.0, float(finite.max(initial=0.0)))
+        np.testing.assert_allclose(got["numpy"][uid], ref, rtol=rtol, atol=atol * scale, equal_nan=True,
+                                   err_msg=f"{kind} output {uid}: numpy engine vs reference")
+    return got
+
+
+def inputs_dtype(t):
+    return np.float32 if t.dtype == "float32" else np.float64
+
+
+# -- Pointwise: every mode of the reference engine, with alpha scales, and the blend chains ------------
+POSITIVE = {"SQRT", "LOG", "RSQRT", "POW"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", sorted(UNARY) + sorted(BINARY))
+def test_pointwise_mode(mode, dtype, rng):
+    dims = (2, 3, 4, 5)
+    x, y = T(1, dims, dtype), T(3, dims, dtype)
+    ins = {"x": x, "alpha1": scalar(10, "float64" if dtype == "float64" else "float32")}
+    data = {1: _buffer(x, rng, positive=mode in POSITIVE)}
+    data[1][0, 0, 0, :2] = [0.0, np.nan]  # the NaN and zero paths (relu clips, min/max propagation)
+    if mode in BINARY:
+        b = T(2, (1, 3, 1, 5), dtype)  # broadcast over N and H
+        ins.update(b=b, alpha2=scalar(11, ins["alpha1"].dtype))
+        data[2] = _buffer(b, rng, positive=mode in POSITIVE)
+    attrs = {"mode": mode}
+    if mode.startswith("CLIPPED"):
+        attrs["relu_upper_clip"] = 0.7
+    g = OperationGraph([Operation("Pointwise", ins, {"y": y}, attrs)])
+    for a1, a2 in ((1.0, 1.0), (0.5, -2.0)):
+        run_both(g, data, {10: a1, 11: a2}, "Pointwise", dtype)
+
+
+@pytest.mark.parametrize("prop", ["PROPAGATE", "NOT_PROPAGATE"])
+@pytest.mark.parametrize("mode", ["RELU_FWD", "RELU_BWD", "MAX", "MIN"])
+def test_pointwise_nan_propagation(mode, prop, rng):
+    dims = (4, 6)
+    x, y = T(1, dims), T(3, dims)
+    ins = {"x": x}
+    data = {1: _buffer(x, rng)}
+    data[1][0, :3] = np.nan
+    if mode in BINARY:
+        ins["b"] = T(2, dims)
+        data[2] = _buffer(ins["b"], rng)
+        data[2][1, :2] = [np.nan, np.inf]
+    g = OperationGraph([Operation("Pointwise", ins, {"y": y}, {"mode": mode, "nan_propagation": prop})])
+    run_both(g, data, {}, "Pointwise")
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.75])
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("layout", ["packed", "strided"])
+def test_activation_blend_chain(alpha, beta, layout, rng):
+    """relu(x) -> virtual -> y = alpha*t (+ beta*y_prior): the legacy graph, y in place of x's memory
+    or not, packed or strided; the alpha == 1 IDENTITY blend is taken over by the relu."""
+    dims = (2, 3, 4, 5)
+    strides = None if layout == "packed" else (120, 1, 30, 3)  # NHWC-like
+    x, y = T(1, dims, strides=strides), T(3, dims, strides=strides)
+    tmp = virtual(20, dims)
+    blend_in = {"x": tmp, "alpha1": scalar(10)}
+    if beta:
+        blend_in.update(b=T(4, dims, strides=strides), alpha2=scalar(11))
+    g = OperationGraph([Operation("Pointwise", {"x": x}, {"y": tmp}, {"mode": "RELU_FWD"}),
+                        Operation("Pointwise", blend_in, {"y": y}, {"mode": "ADD" if beta else "IDENTITY"})])
+    data = {1: _buffer(x, rng), 3: _buffer(y, rng)}
+    if beta:
+        data[4] = data[3]  # the prior value of y: the same buffer
+    run_both(g, data, {10: alpha, 11: beta}, "Pointwise")
+
+
+def test_in_place_activation_writes_x(rng):
+    """x and y one buffer: the kernel reads x before writing y."""
+    dims = (3, 8)
+    x, y, tmp = T(1, dims), T(3, dims), virtual(20, dims)
+    g = OperationGraph([Operation("Pointwise", {"x": x}, {"y": tmp}, {"mode": "SIGMOID_FWD"}),
+                        Operation("Pointwise", {"x": tmp, "alpha1": scalar(10)}, {"y": y}, {"mode": "IDENTITY"})])
+    buf = _buffer(x, rng)
+    want = 1 / (1 + np.exp(-buf.astype(np.float64)))
+    plan = planner.make_plan(g, "cpu")
+    plan.execute(VariantPack({1: buf, 3: buf, 10: 1.0}))
+    np.testing.assert_allclose(buf, want, rtol=2e-6)
+
+
+# -- Reduction and Matmul ----------------------------------------------------------------------------
+@pytest.mark.parametrize("ydims", [(2, 1, 4, 5), (2, 3, 1, 1), (1, 1, 1, 1)])
+@pytest.mark.parametrize("mode", sorted(REDUCTION_MODES))
+def test_reduction(mode, ydims, rng):
+    xd = (2, 3, 4, 5)
+    x, y = T(1, xd), T(3, ydims)
+    outs = {"y": y}
+    if mode in ("MIN", "MAX", "AMAX"):
+        outs["indices"] = Tensor(4, ydims, packed_strides(ydims), "int32")
+    g = OperationGraph([Operation("Reduction", {"x": x}, outs, {"mode": mode})])
+    data = {1: _buffer(x, rng, positive=mode == "MUL")}
+    got = run_both(g, data, {}, "Reduction")
+    assert all(np.isfinite(v).all() for v in got["numpy"].values())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matmul_broadcast(dtype, rng):
+    a, b, c = T(1, (3, 1, 8, 16), dtype), T(2, (1, 2, 16, 5), dtype), T(3, (3, 2, 8, 5), dtype)
+    g = OperationGraph([Operation("Matmul", {"a": a, "b": b}, {"c": c}, {})])
+    run_both(g, {1: _buffer(a, rng), 2: _buffer(b, rng)}, {}, "Matmul", dtype)
+
+
+# -- Convolutions: every direction over the geometry the reference engine runs ------------------------
+# (x dims, w dims, pad, stride, dilation, groups, mode, layout)
+CONVS = [
+    ((2, 4, 9, 9), (6, 4, 3, 3), 1, 1, 1, 1, "CROSS_CORRELATION", "NCHW"),
+    ((2, 4, 9, 9), (6, 4, 3, 3), 1, 2, 1, 1, "CONVOLUTION", "NCHW"),
+    ((2, 4, 10, 7), (4, 2, 3, 2), (2, 0), (1, 2), (2, 1), 2, "CROSS_CORRELATION", "NHWC"),
+    ((2, 6, 8, 8), (6, 1, 3, 3), 1, 1, 1, 6, "CROSS_CORRELATION", "NCHW"),  # depthwise
+    ((2, 8, 6, 6), (4, 8, 1, 1), 0, 1, 1, 1, "CROSS_CORRELATION", "NCHW"),  # 1x1: one GEMM
+    ((2, 8, 6, 6), (4, 4, 1, 1), 0, 1, 1, 2, "CONVOLUTION", "NHWC"),  # 1x1 grouped, NHWC
+    ((2, 8, 7, 7), (4, 8, 1, 1), 0, 2, 1, 1, "CROSS_CORRELATION", "NCHW"),  # 1x1 stride-2 downsample
+    ((1, 3, 5, 6, 4), (2, 3, 3, 2, 2), 1, (1, 2, 1), 1, 1, "CONVOLUTION", "NCHW"),  # 3-D
+    ((2, 3, 11), (4, 3, 4), (3,), 3, 2, 1, "CROSS_CORRELATION", "NCHW"),  # 1-D, pad > 0, dilation
+]
+
+
+def _layout_strides(dims, layout):
+    if layout == "NCHW":
+        return packed_strides(dims)
+    perm = (0,) + tuple(range(2, len(dims))) + (1,)
+    ps = packed_strides([dims[i] for i in perm])
+    out = [0] * len(dims)
+    for i, p in enumerate(perm):
+        out[p] = ps[i]
+    return tuple(out)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kind", ["ConvolutionForward", "ConvolutionBackwardData", "ConvolutionBackwardFilter"])
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: "x" + "x".join(map(str, c[0])) + f"_g{c[5]}_{c[6][:4]}_{c[7]}")
+def test_convolution(case, kind, dtype, rng, monkeypatch):
+    from cudnn_compat._backend.engines.numpy_engine import conv
+    from cudnn_compat._backend.ops.convolution import output_dims
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 256)  # many blocks: samples and output rows
+    xd, wd, pad, stride, dil, groups, mode, layout = case
+    nsp = len(xd) - 2
+    tup = lambda v: tuple(v) if isinstance(v, tuple) else (v,) * nsp  # noqa: E731
+    attrs = {"mode": mode, "pre_padding": tup(pad), "post_padding": tup(pad), "stride": tup(stride),
+             "dilation": tup(dil), "groups": groups, "compute_type": "float64" if dtype == "float64" else "float32"}
+    yd = output_dims(xd, wd, tup(pad), tup(pad), tup(stride), tup(dil))
+    x, w, y = (T(u, d, dtype, _layout_strides(d, layout)) for u, d in ((1, xd), (2, wd), (3, yd)))
+    roles = {"ConvolutionForward": ({"x": x, "w": w}, {"y": y}),
+             "ConvolutionBackwardData": ({"dy": y, "w": w}, {"dx": x}),
+             "ConvolutionBackwardFilter": ({"x": x, "dy": y}, {"dw": w})}[kind]
+    g = OperationGraph([Operation(kind, roles[0], roles[1], attrs)])
+    data = {t.uid: _buffer(t, rng) for t in roles[0].values()}
+    run_both(g, data, {}, kind, dtype)
+
+
+def test_conv_blocks_bound_the_im2col(monkeypatch):
+    """Every block's im2col fits BLOCK_BYTES unless one output row alone is wider."""
+    from cudnn_compat._backend.engines.numpy_engine import conv
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 1000)
+    for n, od, row in itertools.product((1, 3), ((5, 4), (1,), (7, 2, 2)), (10, 100, 400, 2000)):
+        blocks = list(conv._blocks(n, od, row))
+        cover = sorted((n0, o) for n0, n1, o0, o1 in blocks for n0 in range(n0, n1) for o in range(o0, o1))
+        assert cover == [(i, o) for i in range(n) for o in range(od[0])]
+        assert all((n1 - n0) * (o1 - o0) * row <= max(1000, row) for n0, n1, o0, o1 in blocks)
