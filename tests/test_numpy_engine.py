@@ -222,3 +222,128 @@ def test_conv_blocks_bound_the_im2col(monkeypatch):
         cover = sorted((n0, o) for n0, n1, o0, o1 in blocks for n0 in range(n0, n1) for o in range(o0, o1))
         assert cover == [(i, o) for i in range(n) for o in range(od[0])]
         assert all((n1 - n0) * (o1 - o0) * row <= max(1000, row) for n0, n1, o0, o1 in blocks)
+
+
+# == Kernels: norms, pooling, softmax, LRN, RNN (numpy_engine/norm.py, pooling.py, softmax.py, lrn.py,
+# rnn.py).  Layouts packed and NHWC-strided, alpha/beta blends (beta == 0: y starts as NaN and is
+# never read), NaN inputs for the NaN rules, float32 and float64; half through _run_half.
+TOL32.update({"NormForward": (2e-5, 2e-6), "NormBackward": (2e-5, 2e-6), "ResampleForward": (2e-6, 1e-6),
+              "ResampleBackward": (2e-6, 1e-6), "Softmax": (1e-5, 1e-6), "SoftmaxBackward": (1e-5, 1e-6),
+              "LRNForward": (1e-5, 1e-6), "LRNBackward": (1e-5, 1e-6), "DivisiveNormalizationForward": (1e-5, 1e-6),
+              "DivisiveNormalizationBackward": (1e-5, 1e-6), "RNNRecurrence": (1e-5, 1e-6),
+              "RNNRecurrenceBackward": (1e-5, 1e-5)})
+NHWC4 = lambda d: _layout_strides(d, "NHWC")  # noqa: E731
+
+
+def _blended(kind, ins, role, y, attrs, beta, extra_outs=None):
+    """[kind -> virtual -> y = alpha*result (+ beta*y_prior)] as the legacy calls build it (uids
+    10 alpha, 11 beta, 12 the prior of y)."""
+    tmp = virtual(90, y.dims, "float64" if y.dtype == "float64" else "float32")
+    s = "float64" if y.dtype == "float64" else "float32"
+    bl = {"x": tmp, "alpha1": scalar(10, s)}
+    if beta:
+        bl.update(b=Tensor(12, y.dims, y.strides, y.dtype), alpha2=scalar(11, s))
+    return OperationGraph([Operation(kind, ins, {role: tmp, **(extra_outs or {})}, attrs),
+                           Operation("Pointwise", bl, {"y": y}, {"mode": "ADD" if beta else "IDENTITY"})])
+
+
+def _run_blended(kind, ins, role, y, attrs, data, dtype, rng, extra_outs=None):
+    for alpha, beta in ((1.0, 0.0), (0.5, 0.0), (2.0, 0.75)):
+        g = _blended(kind, ins, role, y, attrs, beta, extra_outs)
+        d = dict(data)
+        if beta:
+            d[12] = _buffer(y, rng)
+        run_both(g, d, {10: alpha, 11: beta}, kind, dtype)
+
+
+def _run_half(graph, data, scalars=None):
+    """float16 data: both engines round the same values to half (numpy computes in float32)."""
+    got = {}
+    for eng in ("numpy", "reference"):
+        d = {u: b.copy() for u, b in data.items()}
+        outs = {t.uid: np.full(t.dims, np.nan, np.float16) for t in graph.external_outputs()}
+        d.update(outs, **(scalars or {}))
+        planner.make_plan(graph, "cpu", forced=eng).execute(VariantPack(d))
+        got[eng] = outs
+    for uid, ref in got["reference"].items():
+        ref = ref.astype(np.float64)
+        scale = max(1.0, float(np.abs(ref[np.isfinite(ref)]).max(initial=0.0)))
+        np.testing.assert_allclose(got["numpy"][uid].astype(np.float64), ref, rtol=2e-3, atol=2e-3 * scale, equal_nan=True)
+
+
+# -- NormForward / NormBackward ----------------------------------------------------------------------
+def _norm_tensors(xd, axes, dtype, layout, uid0=40):
+    from cudnn_compat._backend.ops.resample_norm import param_dims
+    pd = param_dims(xd, axes)
+    x = T(1, xd, dtype, NHWC4(xd) if layout == "NHWC" else None)
+    p = lambda u: T(u, pd, dtype)  # noqa: E731
+    return x, p
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("axes", [(0, 2, 3), (0,)], ids=["spatial", "per_activation"])
+def test_norm_forward_training(axes, layout, dtype, rng):
+    xd = (4, 3, 5, 6)
+    x, p = _norm_tensors(xd, axes, dtype, layout)
+    ins = {"x": x, "scale": p(2), "bias": p(3), "running_mean": p(4), "running_var": p(5)}
+    outs = {"saved_mean": p(6), "saved_inv_variance": p(7), "next_running_mean": p(8), "next_running_var": p(9)}
+    data = {t.uid: _buffer(t, rng, positive=r == "running_var") for r, t in ins.items()}
+    data[1] = data[1] * 3 + 50  # a large mean: the two-pass variance
+    data[1][0, 1, 0, 0] = np.nan if axes == (0, 2, 3) else data[1][0, 1, 0, 0]  # channel 1 turns NaN
+    attrs = {"phase": "TRAINING", "axes": axes, "epsilon": 1e-5, "exp_avg_factor": 0.25}
+    y = T(20, xd, dtype, x.strides)
+    _run_blended("NormForward", ins, "y", y, attrs, data, dtype, rng, outs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_norm_forward_inference_and_by_value_epsilon(layout, dtype, rng):
+    xd = (2, 4, 3, 5)
+    x, p = _norm_tensors(xd, (0, 2, 3), dtype, layout)
+    ins = {"x": x, "scale": p(2), "bias": p(3), "mean": p(4), "inv_variance": p(5)}
+    data = {t.uid: _buffer(t, rng, positive=r == "inv_variance") for r, t in ins.items()}
+    _run_blended("NormForward", ins, "y", T(20, xd, dtype, x.strides), {"phase": "INFERENCE", "axes": (0, 2, 3)},
+                 data, dtype, rng)
+    s = "float64" if dtype == "float64" else "float32"
+    tins = {"x": x, "scale": p(2), "bias": p(3), "epsilon": scalar(30, s)}
+    g = OperationGraph([Operation("NormForward", tins, {"y": T(20, xd, dtype, x.strides)}, {"phase": "TRAINING", "axes": (0, 2, 3)})])
+    run_both(g, {u: data[u] for u in (1, 2, 3)}, {30: 1e-3}, "NormForward", dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("saved", [True, False])
+@pytest.mark.parametrize("axes", [(0, 2, 3), (0,)], ids=["spatial", "per_activation"])
+def test_norm_backward(axes, saved, layout, dtype, rng):
+    xd = (3, 4, 5, 4)
+    x, p = _norm_tensors(xd, axes, dtype, layout)
+    ins = {"x": x, "dy": T(21, xd, dtype, x.strides), "scale": p(2)}
+    data = {1: _buffer(x, rng) * 2 + 10, 21: _buffer(ins["dy"], rng), 2: _buffer(p(2), rng)}
+    attrs = {"axes": axes, "epsilon": 1e-4}
+    if saved:
+        ins.update(saved_mean=p(6), saved_inv_variance=p(7))
+        data[6] = np.mean(data[1], axis=axes, keepdims=True)
+        data[7] = 1 / np.sqrt(np.var(data[1], axis=axes, keepdims=True) + 1e-4)
+    outs = {"dscale": p(8), "dbias": p(9)}
+    _run_blended("NormBackward", ins, "dx", T(22, xd, dtype, x.strides), attrs, data, dtype, rng, outs)
+
+
+def test_norm_forward_in_place(rng):
+    """y bound to x's memory (no blend): every statistic is read before y is written."""
+    xd = (4, 3, 6, 6)
+    x, p = _norm_tensors(xd, (0, 2, 3), "float32", "NHWC")
+    ins = {"x": x, "scale": p(2), "bias": p(3)}
+    g = OperationGraph([Operation("NormForward", ins, {"y": T(20, xd, "float32", x.strides), "saved_mean": p(6),
+                                                       "saved_inv_variance": p(7)},
+                                  {"phase": "TRAINING", "axes": (0, 2, 3), "epsilon": 1e-5})])
+    data = {t.uid: _buffer(t, rng) for t in ins.values()}
+    want = {20: np.full(xd, np.nan, np.float32), 6: np.full(p(6).dims, np.nan, np.float32), 7: np.zeros(p(7).dims, np.float32)}
+    planner.make_plan(g, "cpu", forced="reference").execute(VariantPack({**data, **want}))
+    buf = data[1].copy()
+    mean = np.full(p(6).dims, np.nan, np.float32)
+    plan = planner.make_plan(g, "cpu")
+    assert plan.engine == "numpy"
+    plan.execute(VariantPack({1: buf, 2: data[2], 3: data[3], 20: buf, 6: mean, 7: np.zeros(p(7).dims, np.float32)}))
+    np.testing.assert_allclose(buf, want[20], rtol=2e-5, atol=2e-6 * np.abs(want[20]).max())
+    np.testing.assert_allclose(mean, want[6], rtol=1e-6)
