@@ -347,3 +347,155 @@ def test_norm_forward_in_place(rng):
     plan.execute(VariantPack({1: buf, 2: data[2], 3: data[3], 20: buf, 6: mean, 7: np.zeros(p(7).dims, np.float32)}))
     np.testing.assert_allclose(buf, want[20], rtol=2e-5, atol=2e-6 * np.abs(want[20]).max())
     np.testing.assert_allclose(mean, want[6], rtol=1e-6)
+
+
+# -- ResampleForward / ResampleBackward (pooling) -----------------------------------------------------
+# (x dims, window, stride, pre_padding, y spatial dims) -- y one past the nominal size: empty windows
+POOLS = [
+    ((2, 3, 7, 7), (3, 3), (2, 2), (1, 1), (5, 5)),
+    ((2, 3, 6, 5), (2, 2), (2, 2), (0, 0), (3, 3)),
+    ((2, 3, 6, 5), (3, 2), (1, 2), (2, 0), (9, 3)),
+    ((2, 3, 6, 6), (5, 5), (1, 1), (-1, 1), (3, 4)),
+    ((2, 3, 5, 5), (5, 5), (1, 1), (0, 0), (1, 2)),  # global: one reduction per output position
+    ((1, 2, 4, 5, 4), (2, 3, 2), (2, 1, 2), (1, 1, 0), (3, 4, 2)),  # 3-D
+]
+POOL_MODES = [("MAXPOOL", "PROPAGATE"), ("MAXPOOL", "NOT_PROPAGATE"), ("AVGPOOL_INCLUDE_PADDING", "NOT_PROPAGATE"),
+              ("AVGPOOL_EXCLUDE_PADDING", "NOT_PROPAGATE")]
+
+
+def _pool_case(case, layout, dtype, rng, nan=True):
+    xd, win, st, pad, ysp = case
+    strides = _layout_strides(xd, "NHWC") if layout == "NHWC" else None
+    x = T(1, xd, dtype, strides)
+    yd = xd[:2] + ysp
+    y = T(20, yd, dtype, _layout_strides(yd, "NHWC") if layout == "NHWC" else None)
+    data = {1: _buffer(x, rng)}
+    xv, sp = data[1], len(xd) - 2
+    xv[(0, 0) + (0,) * sp] = xv[(0, 0) + (0,) * (sp - 1) + (1,)]  # a tie: the first in window order gets dy
+    if nan:
+        xv[(0, -1) + (1,) * sp] = np.nan
+        xv[(-1, -1) + (slice(0, 3),) * sp] = np.nan  # whole windows of NaN
+        xv[(-1, 0) + (2,) * sp] = -np.inf
+    return x, y, data, {"window": win, "stride": st, "pre_padding": pad, "post_padding": pad}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("mode", POOL_MODES, ids=lambda m: f"{m[0][:7]}_{m[1][:3]}")
+@pytest.mark.parametrize("case", POOLS, ids=lambda c: "x" + "x".join(map(str, c[0])) + "_w" + "".join(map(str, c[1])))
+def test_pooling(case, mode, layout, dtype, rng):
+    x, y, data, attrs = _pool_case(case, layout, dtype, rng)
+    attrs.update(mode=mode[0], nan_propagation=mode[1])
+    _run_blended("ResampleForward", {"x": x}, "y", y, attrs, data, dtype, rng)
+    dy = T(21, y.dims, dtype, y.strides)
+    data.update({21: _buffer(dy, rng), 22: _buffer(y, rng)})
+    ins = {"dy": dy, "x": x, "y": T(22, y.dims, dtype, y.strides)}
+    _run_blended("ResampleBackward", ins, "dx", T(23, x.dims, dtype, x.strides), attrs, data, dtype, rng)
+
+
+@pytest.mark.parametrize("mode", POOL_MODES, ids=lambda m: f"{m[0][:7]}_{m[1][:3]}")
+def test_pooling_half(mode, rng):
+    xd, yd = (2, 3, 7, 7), (2, 3, 4, 4)
+    attrs = {"window": (3, 3), "stride": (2, 2), "pre_padding": (1, 1), "post_padding": (1, 1),
+             "mode": mode[0], "nan_propagation": mode[1]}
+    x, dy, dx = T(1, xd, "float16"), T(2, yd, "float16"), T(4, xd, "float16")
+    xs = rng.standard_normal(xd).astype(np.float16)
+    xs[0, 0, 1, 1] = np.nan
+    _run_half(OperationGraph([Operation("ResampleForward", {"x": x}, {"y": T(3, yd, "float16")}, attrs)]), {1: xs})
+    g = OperationGraph([Operation("ResampleBackward", {"dy": dy, "x": x, "y": T(5, yd, "float16")}, {"dx": dx}, attrs)])
+    _run_half(g, {1: xs, 2: rng.standard_normal(yd).astype(np.float16), 5: np.zeros(yd, np.float16)})
+
+
+def test_max_pooling_backward_routes_to_the_nan():
+    """PROPAGATE: a window holding a NaN gives NaN, and its gradient goes to the (first) NaN; NOT_PROPAGATE:
+    the max of the other elements gets it; an all-NaN window gives the lowest float and routes nothing."""
+    xd, yd = (1, 1, 2, 4), (1, 1, 1, 2)
+    x = np.array([[[[1.0, np.nan, 5.0, np.nan], [3.0, np.nan, np.nan, np.nan]]]], np.float32)
+    for prop, want_y, want_dx in (
+            ("PROPAGATE", [np.nan, np.nan], [[0, 2, 0, 3], [0, 0, 0, 0]]),
+            ("NOT_PROPAGATE", [3.0, 5.0], [[0, 0, 3, 0], [2, 0, 0, 0]])):
+        attrs = {"mode": "MAXPOOL", "window": (2, 2), "stride": (2, 2), "pre_padding": (0, 0), "post_padding": (0, 0),
+                 "nan_propagation": prop}
+        for eng in ("numpy", "reference"):
+            y = np.zeros(yd, np.float32)
+            planner.make_plan(OperationGraph([Operation("ResampleForward", {"x": T(1, xd)}, {"y": T(2, yd)}, attrs)]),
+                              "cpu", forced=eng).execute(VariantPack({1: x, 2: y}))
+            np.testing.assert_array_equal(y.reshape(-1), want_y)
+            dx = np.full(xd, np.nan, np.float32)
+            g = OperationGraph([Operation("ResampleBackward", {"dy": T(3, yd), "x": T(1, xd), "y": T(2, yd)},
+                                          {"dx": T(4, xd)}, attrs)])
+            planner.make_plan(g, "cpu", forced=eng).execute(VariantPack({1: x, 2: y, 3: np.array([[[[2.0, 3.0]]]], np.float32), 4: dx}))
+            np.testing.assert_array_equal(dx.reshape(2, 4), want_dx)
+    lowest = np.zeros(yd, np.float32)
+    xn = np.full(xd, np.nan, np.float32)
+    attrs["nan_propagation"] = "NOT_PROPAGATE"
+    planner.make_plan(OperationGraph([Operation("ResampleForward", {"x": T(1, xd)}, {"y": T(2, yd)}, attrs)]),
+                      "cpu").execute(VariantPack({1: xn, 2: lowest}))
+    assert (lowest == np.finfo(np.float32).min).all()
+
+
+# -- Softmax / SoftmaxBackward -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("axes", [(1,), (1, 2, 3)], ids=["channel", "instance"])
+@pytest.mark.parametrize("algo", ["FAST", "ACCURATE", "LOG"])
+def test_softmax(algo, axes, layout, dtype, rng):
+    xd = (3, 5, 4, 6)
+    x = T(1, xd, dtype, _layout_strides(xd, layout))
+    data = {1: _buffer(x, rng) * 4}
+    data[1][0, 1, 2, 3] = np.nan
+    data[1][1, :, 0, 0] = -np.inf  # every channel -inf: NaN, as exp(x - max) = exp(NaN)
+    attrs = {"algorithm": algo, "axes": axes}
+    _run_blended("Softmax", {"x": x}, "y", T(20, xd, dtype, x.strides), attrs, data, dtype, rng)
+    y, dy = T(2, xd, dtype, x.strides), T(3, xd, dtype, x.strides)
+    with np.errstate(all="ignore"):
+        sm = np.exp(data[1] - np.nanmax(data[1], axis=axes, keepdims=True))
+        sm = sm / np.nansum(sm, axis=axes, keepdims=True)
+        data = {2: np.log(sm) if algo == "LOG" else sm, 3: _buffer(dy, rng)}
+    _run_blended("SoftmaxBackward", {"y": y, "dy": dy}, "dx", T(21, xd, dtype, x.strides), attrs, data, dtype, rng)
+
+
+def test_softmax_half_and_in_place_backward(rng):
+    xd = (2, 7, 3, 3)
+    attrs = {"algorithm": "ACCURATE", "axes": (1,)}
+    xs = (rng.standard_normal(xd) * 3).astype(np.float16)
+    _run_half(OperationGraph([Operation("Softmax", {"x": T(1, xd, "float16")}, {"y": T(2, xd, "float16")}, attrs)]), {1: xs})
+    y = np.exp(xs.astype(np.float32))
+    y = (y / y.sum(axis=1, keepdims=True)).astype(np.float32)
+    dy = rng.standard_normal(xd).astype(np.float32)
+    want = y * (dy - (dy * y).sum(axis=1, keepdims=True))
+    g = OperationGraph([Operation("SoftmaxBackward", {"y": T(1, xd), "dy": T(2, xd)}, {"dx": T(3, xd)}, attrs)])
+    plan = planner.make_plan(g, "cpu")
+    assert plan.engine == "numpy"
+    plan.execute(VariantPack({1: y, 2: dy, 3: dy}))  # dx in dy's memory
+    np.testing.assert_allclose(dy, want, rtol=1e-5, atol=1e-6)
+
+
+# -- LRN and divisive normalization ---------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("n", [1, 2, 5, 16])
+def test_lrn(n, layout, dtype, rng):
+    xd = (2, 7, 4, 5)
+    x = T(1, xd, dtype, _layout_strides(xd, layout))
+    data = {1: _buffer(x, rng)}
+    data[1][0, 3, 1, 1] = np.nan
+    attrs = {"n": n, "alpha": 1e-2 * n, "beta": 0.75, "k": 2.0}
+    _run_blended("LRNForward", {"x": x}, "y", T(20, xd, dtype, x.strides), attrs, data, dtype, rng)
+    _run_blended("DivisiveNormalizationForward", {"x": x}, "y", T(20, xd, dtype, x.strides), attrs, data, dtype, rng)
+    y, dy = T(2, xd, dtype, x.strides), T(3, xd, dtype, x.strides)
+    data.update({2: _buffer(y, rng), 3: _buffer(dy, rng)})
+    _run_blended("LRNBackward", {"x": x, "y": y, "dy": dy}, "dx", T(21, xd, dtype, x.strides), attrs, data, dtype, rng)
+    _run_blended("DivisiveNormalizationBackward", {"x": x, "dy": dy}, "dx", T(21, xd, dtype, x.strides), attrs, data,
+                 dtype, rng, {"dmeans": T(22, xd, dtype, x.strides)})
+
+
+def test_divisive_normalization_3d_and_means_declined(rng):
+    xd = (2, 3, 4, 5, 3)
+    attrs = {"n": 3, "alpha": 0.1, "beta": 0.6, "k": 1.5}
+    x, dy = T(1, xd), T(3, xd)
+    data = {1: _buffer(x, rng), 3: _buffer(dy, rng)}
+    g = OperationGraph([Operation("DivisiveNormalizationBackward", {"x": x, "dy": dy}, {"dx": T(4, xd), "dmeans": T(5, xd)}, attrs)])
+    run_both(g, data, {}, "DivisiveNormalizationBackward")
+    g = OperationGraph([Operation("DivisiveNormalizationForward", {"x": x, "means": T(2, xd)}, {"y": T(4, xd)}, attrs)])
+    assert planner.make_plan(g, "cpu").engine == "reference"

@@ -60,6 +60,7 @@ def _neg_power(d, beta, out):
 @kernel("LRNForward")
 def lrn_forward(op, ins, dt, out):
     """LRN cross-channel forward (002 §3.2.65)."""
+    dt = np.dtype(dt).type  # the scalar type: constants in dt
     a, x = op.attrs, ins["x"]
     lb, la = _extent(a["n"])
     sq = np.multiply(x, x)
@@ -75,6 +76,7 @@ def lrn_forward(op, ins, dt, out):
 @kernel("LRNBackward")
 def lrn_backward(op, ins, dt, out):
     """LRN cross-channel backward (002 §4.1.14); D recomputed from x."""
+    dt = np.dtype(dt).type  # the scalar type: constants in dt
     a, x, y, dy = op.attrs, ins["x"], ins["y"], ins["dy"]
     lb, la = _extent(a["n"])
     d = empty_like_layout(x, x.shape, dt)
@@ -121,6 +123,7 @@ def _divnorm_denominator(op, x, dt):
 @kernel("DivisiveNormalizationForward")
 def divnorm_forward(op, ins, dt, out):
     """Divisive normalization forward without means (002 §3.2.33)."""
+    dt = np.dtype(dt).type  # the scalar type: constants in dt
     x = ins["x"]
     d, _, _, _, _ = _divnorm_denominator(op, x, dt)
     y = dest(out, "y", x, x.shape, dt)
@@ -132,6 +135,7 @@ def divnorm_forward(op, ins, dt, out):
 @kernel("DivisiveNormalizationBackward")
 def divnorm_backward(op, ins, dt, out):
     """Divisive normalization backward without means (002 §4.1.6): dx and dmeans."""
+    dt = np.dtype(dt).type  # the scalar type: constants in dt
     x, dy, beta = ins["x"], ins["dy"], op.attrs["beta"]
     d, c, axes, (lb, la), scratch = _divnorm_denominator(op, x, dt)
     g = np.power(d, dt(-(beta + 1.0)))  # D^-(beta+1)
