@@ -499,3 +499,66 @@ def test_divisive_normalization_3d_and_means_declined(rng):
     run_both(g, data, {}, "DivisiveNormalizationBackward")
     g = OperationGraph([Operation("DivisiveNormalizationForward", {"x": x, "means": T(2, xd)}, {"y": T(4, xd)}, attrs)])
     assert planner.make_plan(g, "cpu").engine == "reference"
+
+
+# -- RNNRecurrence / RNNRecurrenceBackward --------------------------------------------------------------
+RNN_LAYOUTS = {"SEQ": (3, 1, 2), "BATCH": (2, 3, 0), "PACKED": (3, 2, 2)}  # padded SEQ/BATCH, a 0-length one
+
+
+def _rnn_ops(mode, layout, dirs, dtype, proj=False, clip=None):
+    from cudnn_compat._backend.ops.rnn import GATES, rows_of
+    lengths, H, T_ = RNN_LAYOUTS[layout], 3, 3
+    D, B, g = len(dirs), len(lengths), GATES[mode]
+    Ho = 2 if proj else H
+    N = rows_of(layout, T_, lengths)
+    attrs = {"mode": mode, "layout": layout, "T": T_, "lengths": lengths, "directions": dirs, "clip": clip}
+    s = "float64" if dtype == "float64" else "float32"
+    t = lambda uid, *dims: T(uid, dims, dtype)  # noqa: E731
+    fi = {"gx": t(1, D, N, g * H), "w_rec": t(2, D, g * H, Ho), "hx": t(3, D, B, Ho)}
+    fo = {"y": t(20, D, N, Ho), "hy": t(21, D, B, Ho), "acts": t(22, D, N, g * H)}
+    bi = {"dy": t(40, D, N, Ho), "w_rec": fi["w_rec"], "dhy": t(41, D, B, Ho)}
+    bo = {"dgates": t(50, D, N, g * H), "dhx": t(51, D, B, Ho)}
+    if mode in ("RELU", "TANH"):
+        fo.pop("acts")
+        bi["y"] = t(42, D, N, Ho)
+    if layout != "PACKED":
+        fi["fill"] = scalar(5, s)
+    if mode == "LSTM":
+        fi["cx"] = t(4, D, B, H)
+        fo.update(cy=t(23, D, B, H), c_all=t(24, D, N, H))
+        bi.update(acts=t(43, D, N, g * H), c_all=t(44, D, N, H), cx=fi["cx"], dcy=t(45, D, B, H))
+        bo["dcx"] = t(52, D, B, H)
+        if proj:
+            fi["wr"] = bi["wr"] = t(6, D, Ho, H)
+            fo["hpre"] = t(25, D, N, H)
+            bo["dr"] = t(53, D, N, Ho)
+        if clip:
+            fi.update(lclip=scalar(7, s), rclip=scalar(8, s))
+            bi.update(lclip=fi["lclip"], rclip=fi["rclip"])
+    if mode == "GRU":
+        fi["b_rec"] = t(9, D, 1, H)
+        fo["grn"] = t(26, D, N, H)
+        bi.update(acts=t(43, D, N, g * H), grn=t(46, D, N, H), y=t(42, D, N, Ho), hx=fi["hx"])
+        bo["dgrn"] = t(54, D, N, H)
+    return (OperationGraph([Operation("RNNRecurrence", fi, fo, attrs)]),
+            OperationGraph([Operation("RNNRecurrenceBackward", bi, bo, attrs)]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dirs", [(False,), (False, True)], ids=["uni", "bi"])
+@pytest.mark.parametrize("layout", sorted(RNN_LAYOUTS))
+@pytest.mark.parametrize("mode", ["RELU", "TANH", "LSTM", "GRU"])
+def test_rnn_recurrence(mode, layout, dirs, dtype, rng):
+    fwd, bwd = _rnn_ops(mode, layout, dirs, dtype)
+    data = {t.uid: _buffer(t, rng) for g in (fwd, bwd) for t in g.external_inputs() if not t.is_by_value}
+    run_both(fwd, data, {5: -7.0}, "RNNRecurrence", dtype)
+    run_both(bwd, data, {}, "RNNRecurrenceBackward", dtype)
+
+
+@pytest.mark.parametrize("clip", [None, "PROPAGATE", "NOT_PROPAGATE"])
+def test_lstm_projection_and_clip(clip, rng):
+    fwd, bwd = _rnn_ops("LSTM", "SEQ", (True, False), "float32", proj=True, clip=clip)
+    data = {t.uid: _buffer(t, rng) * 2 for g in (fwd, bwd) for t in g.external_inputs() if not t.is_by_value}
+    data[1][0, 2, :] = np.nan  # a NaN pre-activation: the clip's NaN rule
+    run_both(fwd, data, {5: 0.0, 7: -0.5, 8: 0.4}, "RNNRecurrence")
+    run_both(bwd, data, {7: -0.5, 8: 0.4}, "RNNRecurrenceBackward")
