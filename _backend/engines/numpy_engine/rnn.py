@@ -56,6 +56,15 @@ def _buffers(op, out, dt):
     return res
 
 
+def _prelude(op, ins, out, dt, may_alias=None):
+    """(attrs, R, B, Ho, H, result arrays); a caller buffer sharing memory with an input (but
+    ``may_alias``, read before any write) is replaced by a fresh array."""
+    a, R = op.attrs, ins["w_rec"]
+    reads = [v for k, v in ins.items() if k != may_alias]
+    out = {k: v for k, v in out.items() if not any(np.may_share_memory(v, r) for r in reads)}
+    return a, R, len(a["lengths"]), R.shape[2], R.shape[1] // GATES[a["mode"]], _buffers(op, out, dt)
+
+
 def _walk(a, reverse):
     for t, idx, rows, prev, first in _steps(a, reverse):
         yield t, idx, _compact(idx), _compact(rows), prev, first
@@ -64,14 +73,8 @@ def _walk(a, reverse):
 @kernel("RNNRecurrence")
 def rnn_recurrence(op, ins, dt, out):
     """The forward recurrence (ops/rnn.py RNNRecurrence), one GEMM per step and direction."""
-    a = op.attrs
-    mode, clip = a["mode"], a.get("clip")
-    gx, R = ins["gx"], ins["w_rec"]
-    B, Ho = len(a["lengths"]), R.shape[2]
-    H = gx.shape[2] // GATES[mode]
-    others = [v for k, v in ins.items() if k != "y_in"]
-    out = {k: v for k, v in out.items() if not any(np.may_share_memory(v, r) for r in others)}
-    res = _buffers(op, out, dt)
+    a, R, B, Ho, H, res = _prelude(op, ins, out, dt, "y_in")
+    mode, clip, gx = a["mode"], a.get("clip"), ins["gx"]
     pad = _padding_rows(a)
     if pad.size:  # before any other write: y may be y_in's memory
         res["y"][:, pad] = ins["fill"] if "fill" in ins else ins["y_in"][:, pad]
@@ -141,14 +144,8 @@ def _prev_state(src_all, init, d, prev, first, ix_arr, shape, dt):
 @kernel("RNNRecurrenceBackward")
 def rnn_recurrence_backward(op, ins, dt, out):
     """Gradients of the recurrence (ops/rnn.py RNNRecurrenceBackward), steps in reverse."""
-    a = op.attrs
-    mode, clip = a["mode"], a.get("clip")
-    dy, R = ins["dy"], ins["w_rec"]
-    B, Ho = len(a["lengths"]), R.shape[2]
-    H = R.shape[1] // GATES[mode]
-    reads = [v for v in ins.values()]
-    out = {k: v for k, v in out.items() if not any(np.may_share_memory(v, r) for r in reads)}
-    res = _buffers(op, out, dt)
+    a, R, B, Ho, H, res = _prelude(op, ins, out, dt)
+    mode, clip, dy = a["mode"], a.get("clip"), ins["dy"]
     for d, reverse in enumerate(a["directions"]):
         Rd = R[d]
         dh_next = ins["dhy"][d].astype(dt, copy=True) if "dhy" in ins else np.zeros((B, Ho), dt)
