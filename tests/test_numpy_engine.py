@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pytest
 
-from cudnn_compat._backend import planner
+from cudnn_compat._backend import dtypes, planner
 from cudnn_compat._backend.engines.base import VariantPack
 from cudnn_compat._backend.engines.reference.pointwise import BINARY, UNARY
 from cudnn_compat._backend.engines.reference.reduction import OPS as REDUCTION_MODES
@@ -22,19 +22,18 @@ TOL32 = {"Pointwise": (2e-6, 1e-6), "Reduction": (1e-5, 1e-6), "Matmul": (1e-5, 
          "ConvolutionForward": (1e-5, 1e-5), "ConvolutionBackwardData": (1e-5, 1e-5),
          "ConvolutionBackwardFilter": (1e-5, 1e-5)}
 TOL64 = (1e-12, 1e-12)
+# HALF / BFLOAT16 data (FLOAT compute): one rounding to the storage type apart at most
+TOL_STORED = {"float16": (2.0 ** -10, 2.0 ** -10), "bfloat16": (2.0 ** -7, 2.0 ** -7)}
 
 
 def T(uid, dims, dtype="float32", strides=None):
     return Tensor(uid, tuple(dims), tuple(strides or packed_strides(dims)), dtype)
 
 
-def _buffer(t, rng, fill=None, positive=False):
-    """A NumPy view with ``t``'s dims and strides over a fresh buffer."""
+def _buffer(t, rng, positive=False):
+    """A NumPy view of ``t``'s storage dtype with its dims and strides over a fresh random buffer."""
     span = 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))
-    base = np.full(span, np.nan) if fill is None else np.full(span, fill)
-    if fill is None:
-        base = rng.uniform(0.2, 2.0, span) if positive else rng.standard_normal(span)
-    base = base.astype(np.float32 if t.dtype == "float32" else np.float64)
+    base = dtypes.to_storage(rng.uniform(0.2, 2.0, span) if positive else rng.standard_normal(span), t.dtype)
     it = base.itemsize
     return np.lib.stride_tricks.as_strided(base, t.dims, tuple(s * it for s in t.strides))
 
@@ -51,22 +50,19 @@ def run_both(graph, inputs: dict, scalars: dict, kind: str, dtype="float32"):
         outs = {}
         for t in graph.external_outputs():
             prior = inputs.get(t.uid)
-            outs[t.uid] = data[t.uid] if prior is not None else np.full(t.dims, np.nan, inputs_dtype(t))
+            outs[t.uid] = data[t.uid] if prior is not None else \
+                dtypes.to_storage(np.full(t.dims, np.nan), t.dtype)
             data[t.uid] = outs[t.uid]
         data.update(scalars)
         plan.execute(VariantPack(data))
-        got[eng] = {u: np.array(v, dtype=np.float64) for u, v in outs.items()}
-    rtol, atol = TOL32[kind] if dtype == "float32" else TOL64
+        got[eng] = {u: dtypes.load(v, t.dtype) for t in graph.external_outputs() for u, v in outs.items() if u == t.uid}
+    rtol, atol = TOL32[kind] if dtype == "float32" else TOL_STORED.get(dtype, TOL64)
     for uid, ref in got["reference"].items():
         finite = np.abs(ref[np.isfinite(ref)])
         scale = max(1.0, float(finite.max(initial=0.0)))
         np.testing.assert_allclose(got["numpy"][uid], ref, rtol=rtol, atol=atol * scale, equal_nan=True,
                                    err_msg=f"{kind} output {uid}: numpy engine vs reference")
     return got
-
-
-def inputs_dtype(t):
-    return np.float32 if t.dtype == "float32" else np.float64
 
 
 # -- Pointwise: every mode of the reference engine, with alpha scales, and the blend chains ------------
@@ -170,6 +166,7 @@ def test_matmul_broadcast(dtype, rng):
 CONVS = [
     ((2, 4, 9, 9), (6, 4, 3, 3), 1, 1, 1, 1, "CROSS_CORRELATION", "NCHW"),
     ((2, 4, 9, 9), (6, 4, 3, 3), 1, 2, 1, 1, "CONVOLUTION", "NCHW"),
+    ((2, 4, 6, 6), (6, 4, 3, 3), 3, 1, 1, 1, "CROSS_CORRELATION", "NCHW"),  # padding beyond the filter
     ((2, 4, 10, 7), (4, 2, 3, 2), (2, 0), (1, 2), (2, 1), 2, "CROSS_CORRELATION", "NHWC"),
     ((2, 6, 8, 8), (6, 1, 3, 3), 1, 1, 1, 6, "CROSS_CORRELATION", "NCHW"),  # depthwise
     ((2, 8, 6, 6), (4, 8, 1, 1), 0, 1, 1, 1, "CROSS_CORRELATION", "NCHW"),  # 1x1: one GEMM
@@ -211,6 +208,23 @@ def test_convolution(case, kind, dtype, rng, monkeypatch):
     g = OperationGraph([Operation(kind, roles[0], roles[1], attrs)])
     data = {t.uid: _buffer(t, rng) for t in roles[0].values()}
     run_both(g, data, {}, kind, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_data_computes_in_float(dtype, rng):
+    """HALF and BFLOAT16 data: FLOAT compute (the conv's compute_type), rounded once on store; the
+    conv then the ADD blend of its result with a prior y (alpha 0.5, beta 2)."""
+    xd, wd, yd = (2, 3, 6, 6), (4, 3, 3, 3), (2, 4, 6, 6)
+    x, w, y, prior = T(1, xd, dtype), T(2, wd, dtype), T(3, yd, dtype), T(4, yd, dtype)
+    tmp = virtual(20, yd)
+    attrs = {"mode": "CROSS_CORRELATION", "pre_padding": (1, 1), "post_padding": (1, 1), "stride": (1, 1),
+             "dilation": (1, 1), "groups": 1, "compute_type": "float32"}
+    g = OperationGraph([Operation("ConvolutionForward", {"x": x, "w": w}, {"y": tmp}, attrs),
+                        Operation("Pointwise", {"x": tmp, "b": prior, "alpha1": scalar(10), "alpha2": scalar(11)},
+                                  {"y": y}, {"mode": "ADD"})])
+    data = {1: _buffer(x, rng), 2: _buffer(w, rng), 3: _buffer(y, rng)}
+    data[4] = data[3]
+    run_both(g, data, {10: 0.5, 11: 2.0}, "ConvolutionForward", dtype)
 
 
 def test_conv_blocks_bound_the_im2col(monkeypatch):

@@ -415,6 +415,8 @@ BENCHMARKS = (
               quick=("--calls", "2000"), gpu=("--place", "gpu"), cpu=("--place", "cpu")),
     Benchmark("launch_paths", "launch_paths.py", "host cost of the ways Python can launch a CUDA kernel",
               quick=("--calls", "2000")),
+    Benchmark("cpu", "bench_cpu.py", "the CPU place: ours (the numpy engine) vs torch CPU vs plain NumPy (issue 25)",
+              cpu=()),
     Benchmark("conv_configs", "conv_configs.py", "one convolution's native engine configs (modes A/B/FALLBACK) "
               "timed, our autotune's choice, legacy Find and torch"),
 )

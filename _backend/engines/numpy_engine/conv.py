@@ -7,7 +7,9 @@ W (g, K/g, C/g*R) and the im2col matrix X(n) (g, C/g*R, O) of the zero-padded in
 (X[c, r, o] = xp[c, o*stride + r*dilation]):
 
     forward          y(n)  = W @ X(n)
-    backward data    dx    = col2im(W^T @ dy(n))   (each filter tap's rows added back into dxp)
+    backward data    dx    = col2im(W^T @ dy(n))   (each filter tap's rows added back into dxp); with
+                     stride 1 instead the forward GEMM of dy padded by the dilated filter
+                     extent minus the padding, with the filter flipped and transposed
     backward filter  dw    = sum_n dy(n) @ X(n)^T
 
 CONVOLUTION mode is cross-correlation with the filter flipped in every spatial dim (dw flipped
@@ -88,26 +90,41 @@ def _dest(out, role, dims, dt, *ins):
     return d
 
 
+def _gemm_into(dst, a, b):
+    """dst[...] = a @ b, through matmul's ``out`` when ``dst`` reshapes to the product's shape
+    without a copy (a packed y, or a block of whole rows of it); else through a temporary."""
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    try:
+        view = np.reshape(dst, shape, copy=False)
+    except (ValueError, TypeError):  # the layout needs a copy (TypeError: NumPy < 2.1 has no copy=)
+        dst[...] = np.matmul(a, b).reshape(dst.shape)
+        return
+    np.matmul(a, b, out=view)
+
+
+def _forward(x, w, pre, post, stride, dil, g, y, dt):
+    """y = the cross-correlation of x with w (groups g), written into ``y`` (N, K, *O)."""
+    n, c, k, kd, od = x.shape[0], x.shape[1], w.shape[0], w.shape[2:], y.shape[2:]
+    wg = w.reshape(g, k // g, -1)  # (g, K/g, C/g*R)
+    if _pointwise_1x1(kd, pre, post, stride):
+        _gemm_into(y, wg, x.reshape(n, g, c // g, -1))
+        return y
+    win = _windows(_padded(x, pre, post, dt), kd, od, stride, dil)
+    rest = math.prod(od[1:])
+    row = c * math.prod(kd) * rest
+    buf = np.empty(min(n * od[0], max(1, BLOCK_BYTES // (row * dt.itemsize))) * row, dt)
+    for n0, n1, o0, o1 in _blocks(n, od, row * dt.itemsize):
+        col = _im2col(win, n0, n1, o0, o1, buf).reshape(n1 - n0, g, -1, (o1 - o0) * rest)
+        _gemm_into(y[n0:n1, :, o0:o1], wg, col)
+    return y
+
+
 @kernel("ConvolutionForward")
 def conv_forward(op, ins, dt, out):
     x, w = ins["x"], _oriented(ins["w"], op.attrs["mode"])
     pre, post, stride, dil, g = geometry(op)
-    ydims = op.outputs["y"].dims
-    n, c, k, kd, od = x.shape[0], x.shape[1], w.shape[0], w.shape[2:], ydims[2:]
-    y = _dest(out, "y", ydims, dt, x, w)
-    wg = w.reshape(g, k // g, -1)  # (g, K/g, C/g*R)
-    if _pointwise_1x1(kd, pre, post, stride):
-        res = np.matmul(wg, x.reshape(n, g, c // g, -1))
-        y[...] = res.reshape(ydims)
-        return {"y": y}
-    win = _windows(_padded(x, pre, post, dt), kd, od, stride, dil)
-    row = c * math.prod(kd) * math.prod(od[1:])
-    buf = np.empty(min(n * od[0], max(1, BLOCK_BYTES // (row * dt.itemsize))) * row, dt)
-    for n0, n1, o0, o1 in _blocks(n, od, row * dt.itemsize):
-        col = _im2col(win, n0, n1, o0, o1, buf)
-        res = np.matmul(wg, col.reshape(n1 - n0, g, -1, (o1 - o0) * math.prod(od[1:])))
-        y[n0:n1, :, o0:o1] = res.reshape((n1 - n0, k, o1 - o0) + tuple(od[1:]))
-    return {"y": y}
+    y = _dest(out, "y", op.outputs["y"].dims, dt, x, w)
+    return {"y": _forward(x, w, pre, post, stride, dil, g, y, dt)}
 
 
 @kernel("ConvolutionBackwardData")
@@ -119,8 +136,16 @@ def conv_backward_data(op, ins, dt, out):
     wt = np.swapaxes(w.reshape(g, k // g, -1), 1, 2)  # (g, C/g*R, K/g)
     dx = _dest(out, "dx", dxdims, dt, dy, w)
     if _pointwise_1x1(kd, pre, post, stride):
-        dx[...] = np.matmul(wt, dy.reshape(n, g, k // g, -1)).reshape(dxdims)
+        _gemm_into(dx, wt, dy.reshape(n, g, k // g, -1))
         return {"dx": dx}
+    span = [(r - 1) * d for r, d in zip(kd, dil)]
+    if all(u == 1 for u in stride) and all(0 <= a <= e and 0 <= b <= e for a, b, e in zip(pre, post, span)):
+        # stride 1: dx is the cross-correlation of dy, padded by span - padding, with the filter
+        # flipped and its K and C/g swapped per group (no col2im)
+        wf = _oriented(w, "CONVOLUTION").reshape((g, k // g, c // g) + tuple(kd))
+        wf = np.swapaxes(wf, 1, 2).reshape((c, k // g) + tuple(kd))
+        return {"dx": _forward(dy, wf, tuple(e - a for e, a in zip(span, pre)),
+                               tuple(e - b for e, b in zip(span, post)), stride, dil, g, dx, dt)}
     unpadded = not any(pre) and not any(post)
     dxp = dx if unpadded and dx.flags.c_contiguous else \
         np.zeros((n, c) + tuple(s + a + b for s, a, b in zip(dxdims[2:], pre, post)), dt)
