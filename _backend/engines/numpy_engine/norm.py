@@ -12,11 +12,13 @@ engine's (reference/norm.py), with m the number of elements reduced per channel:
 
 Precision choice: full-size passes run in the compute dtype ``dt`` (float32 for float32 data);
 every per-channel sum accumulates in float64 (``np.add.reduce(..., dtype=float64)`` casts in
-NumPy's internal buffers, never a full-size float64 copy).  The variance is two-pass: the sums
-of d = x - mean_dt and d^2 are taken blockwise, and var = E[d^2] - E[d]^2 corrects for mean_dt
-being the rounded mean.  Per-channel scalars (inv, the dx coefficients) are formed in float64
-and rounded to dt once.  Temporaries: one block of at most max(BLOCK_ELEMENTS, one item of
-axis 0) elements of dt, plus per-channel arrays.
+NumPy's internal buffers, never a full-size float64 copy).  The variance is two-pass: training
+writes d = x - mean_dt into y, sums d^2 blockwise, and var = E[d^2] - (mean - mean_dt)^2
+corrects for mean_dt being the rounded mean; then y = d*(scale*inv) + bias in place (5 passes
+over the data in all).  Per-channel scalars (inv, the dx coefficients) are formed in float64 and
+rounded to dt once.  Temporaries: one block of at most max(BLOCK_ELEMENTS, one item of axis 0)
+elements of dt, plus per-channel arrays (backward without saved statistics: one array of x's
+size for x - mean).
 """
 from __future__ import annotations
 
@@ -40,35 +42,36 @@ def _sum(a, axes):
     return np.add.reduce(a, axis=axes, dtype=F64, keepdims=True)
 
 
-def _centered_sums(x, axes, center, other=None):
-    """Blockwise over axis 0: (sum d, sum d*d) with d = x - center, or (sum d, sum d*other)."""
-    s1 = s2 = 0.0
-    tmp = None
-    for blk in blocks(x.shape[0], x[:1].size):
-        xb = x[blk]
-        if tmp is None or tmp.shape != xb.shape:
-            tmp = np.empty(xb.shape, dtype=x.dtype)
-        np.subtract(xb, center, out=tmp)
-        s1 = s1 + _sum(tmp, axes)
-        np.multiply(tmp, tmp if other is None else other[blk], out=tmp)
-        s2 = s2 + _sum(tmp, axes)
-    return s1, s2
+def _block_dot(a, b, axes, center=None):
+    """sum over ``axes`` of (a - center) * b, or of a * b (float64), blockwise over axis 0."""
+    acc, tmp = 0.0, None
+    for blk in blocks(a.shape[0], a[:1].size):
+        ab = a[blk]
+        if tmp is None or tmp.shape != ab.shape:
+            tmp = np.empty(ab.shape, dtype=a.dtype)
+        if center is None:
+            np.multiply(ab, b[blk], out=tmp)
+        else:
+            np.subtract(ab, center, out=tmp)
+            np.multiply(tmp, b[blk], out=tmp)
+        acc = acc + _sum(tmp, axes)
+    return acc
 
 
-def _moments(x, axes, dt):
-    """(mean float64, mean in dt, biased var float64) per channel."""
+def _moments(x, axes, dt, d):
+    """(mean float64, mean in dt, biased var float64) per channel; ``d`` receives x - mean_dt
+    (x's own buffer is never written).  var = E[d^2] - (mean - mean_dt)^2: E[d] is that shift."""
     m = _count(x, axes)
     mean = _sum(x, axes) / m
     mean_dt = mean.astype(dt)
-    s1, s2 = _centered_sums(x, axes, mean_dt)
-    shift = s1 / m  # mean - mean_dt, up to rounding
-    return mean, mean_dt, np.maximum(s2 / m - shift * shift, 0.0)
+    np.subtract(x, mean_dt, out=d)
+    shift = mean - mean_dt
+    return mean, mean_dt, np.maximum(_block_dot(d, d, axes) / m - shift * shift, 0.0)
 
 
-def _affine(x, center, a, bias, y):
-    """y = (x - center) * a + bias in three in-place passes (x is read by the first only)."""
-    np.subtract(x, center, out=y)
-    np.multiply(y, a, out=y)
+def _affine(d, a, bias, y):
+    """y = d * a + bias in two in-place passes."""
+    np.multiply(d, a, out=y)
     np.add(y, bias, out=y)
     return y
 
@@ -81,11 +84,12 @@ def norm_forward(op, ins, dt, out):
     scale, bias = ins["scale"], ins["bias"]
     if op.attrs["phase"] == "INFERENCE":
         a = (scale.astype(F64) * ins["inv_variance"]).astype(dt)
-        return {"y": _affine(x, ins["mean"], a, bias, y)}
-    mean, mean_dt, var = _moments(x, axes, dt)
+        np.subtract(x, ins["mean"], out=y)
+        return {"y": _affine(y, a, bias, y)}
+    mean, mean_dt, var = _moments(x, axes, dt, y)  # y holds x - mean from here
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = 1.0 / np.sqrt(var + _scalar(op, ins, "epsilon"))
-    res = {"y": _affine(x, mean_dt, (scale * inv).astype(dt), bias, y),
+    res = {"y": _affine(y, (scale * inv).astype(dt), bias, y),
            "saved_mean": mean_dt, "saved_inv_variance": inv.astype(dt)}
     if "running_mean" in ins:
         f = _scalar(op, ins, "exp_avg_factor")
@@ -105,11 +109,11 @@ def norm_backward(op, ins, dt, out):
     if "saved_mean" in ins:
         mean_dt, inv = ins["saved_mean"], ins["saved_inv_variance"].astype(F64)
     else:
-        _, mean_dt, var = _moments(x, axes, dt)
+        _, mean_dt, var = _moments(x, axes, dt, empty_like_layout(x, x.shape, dt))
         with np.errstate(divide="ignore", invalid="ignore"):
             inv = 1.0 / np.sqrt(var + _scalar(op, ins, "epsilon"))
     dbias = _sum(dy, axes)
-    dscale = inv * _centered_sums(x, axes, mean_dt, dy)[1]
+    dscale = inv * _block_dot(x, dy, axes, mean_dt)
     k1 = ins["scale"].astype(F64) * inv
     k2 = (-k1 * inv * dscale / m).astype(dt)
     k3 = (-k1 * dbias / m).astype(dt)
