@@ -240,7 +240,7 @@ def test_conv_blocks_bound_the_im2col(monkeypatch):
 
 # == Kernels: norms, pooling, softmax, LRN, RNN (numpy_engine/norm.py, pooling.py, softmax.py, lrn.py,
 # rnn.py).  Layouts packed and NHWC-strided, alpha/beta blends (beta == 0: y starts as NaN and is
-# never read), NaN inputs for the NaN rules, float32 and float64; half through _run_half.
+# never read), NaN inputs for the NaN rules, float32 and float64; half for pooling and softmax.
 TOL32.update({"NormForward": (2e-5, 2e-6), "NormBackward": (2e-5, 2e-6), "ResampleForward": (2e-6, 1e-6),
               "ResampleBackward": (2e-6, 1e-6), "Softmax": (1e-5, 1e-6), "SoftmaxBackward": (1e-5, 1e-6),
               "LRNForward": (1e-5, 1e-6), "LRNBackward": (1e-5, 1e-6), "DivisiveNormalizationForward": (1e-5, 1e-6),
@@ -268,21 +268,6 @@ def _run_blended(kind, ins, role, y, attrs, data, dtype, rng, extra_outs=None):
         if beta:
             d[12] = _buffer(y, rng)
         run_both(g, d, {10: alpha, 11: beta}, kind, dtype)
-
-
-def _run_half(graph, data, scalars=None):
-    """float16 data: both engines round the same values to half (numpy computes in float32)."""
-    got = {}
-    for eng in ("numpy", "reference"):
-        d = {u: b.copy() for u, b in data.items()}
-        outs = {t.uid: np.full(t.dims, np.nan, np.float16) for t in graph.external_outputs()}
-        d.update(outs, **(scalars or {}))
-        planner.make_plan(graph, "cpu", forced=eng).execute(VariantPack(d))
-        got[eng] = outs
-    for uid, ref in got["reference"].items():
-        ref = ref.astype(np.float64)
-        scale = max(1.0, float(np.abs(ref[np.isfinite(ref)]).max(initial=0.0)))
-        np.testing.assert_allclose(got["numpy"][uid].astype(np.float64), ref, rtol=2e-3, atol=2e-3 * scale, equal_nan=True)
 
 
 # -- NormForward / NormBackward ----------------------------------------------------------------------
@@ -415,9 +400,11 @@ def test_pooling_half(mode, rng):
     x, dy, dx = T(1, xd, "float16"), T(2, yd, "float16"), T(4, xd, "float16")
     xs = rng.standard_normal(xd).astype(np.float16)
     xs[0, 0, 1, 1] = np.nan
-    _run_half(OperationGraph([Operation("ResampleForward", {"x": x}, {"y": T(3, yd, "float16")}, attrs)]), {1: xs})
+    run_both(OperationGraph([Operation("ResampleForward", {"x": x}, {"y": T(3, yd, "float16")}, attrs)]), {1: xs}, {},
+             "ResampleForward", "float16")
     g = OperationGraph([Operation("ResampleBackward", {"dy": dy, "x": x, "y": T(5, yd, "float16")}, {"dx": dx}, attrs)])
-    _run_half(g, {1: xs, 2: rng.standard_normal(yd).astype(np.float16), 5: np.zeros(yd, np.float16)})
+    run_both(g, {1: xs, 2: rng.standard_normal(yd).astype(np.float16), 5: np.zeros(yd, np.float16)}, {},
+             "ResampleBackward", "float16")
 
 
 def test_max_pooling_backward_routes_to_the_nan():
@@ -473,7 +460,8 @@ def test_softmax_half_and_in_place_backward(rng):
     xd = (2, 7, 3, 3)
     attrs = {"algorithm": "ACCURATE", "axes": (1,)}
     xs = (rng.standard_normal(xd) * 3).astype(np.float16)
-    _run_half(OperationGraph([Operation("Softmax", {"x": T(1, xd, "float16")}, {"y": T(2, xd, "float16")}, attrs)]), {1: xs})
+    run_both(OperationGraph([Operation("Softmax", {"x": T(1, xd, "float16")}, {"y": T(2, xd, "float16")}, attrs)]), {1: xs},
+             {}, "Softmax", "float16")
     y = np.exp(xs.astype(np.float32))
     y = (y / y.sum(axis=1, keepdims=True)).astype(np.float32)
     dy = rng.standard_normal(xd).astype(np.float32)
@@ -576,3 +564,22 @@ def test_lstm_projection_and_clip(clip, rng):
     data[1][0, 2, :] = np.nan  # a NaN pre-activation: the clip's NaN rule
     run_both(fwd, data, {5: 0.0, 7: -0.5, 8: 0.4}, "RNNRecurrence")
     run_both(bwd, data, {7: -0.5, 8: 0.4}, "RNNRecurrenceBackward")
+
+
+# -- Rng (dropout masks): bit for bit ---------------------------------------------------------------------
+@pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
+def test_rng_mask_and_offset_in_place(p):
+    """The keep mask and the advanced offset, with offset_out bound to the offset's memory."""
+    i32 = lambda uid: Tensor(uid, (2,), (1,), "int32")  # noqa: E731
+    g = OperationGraph([Operation("Rng", {"seed": i32(1), "offset": i32(2)}, {"y": T(3, (3, 5, 7)), "offset_out": i32(4)},
+                                  {"distribution": "BERNOULLI", "drop_probability": p, "block_offset": 3})])
+    got = {}
+    for eng in ("numpy", "reference"):
+        plan = planner.make_plan(g, "cpu", forced=eng)
+        offset, y = np.array([-5, 7], np.int32), np.full((3, 5, 7), np.nan, np.float32)
+        plan.execute(VariantPack({1: np.array([-123456789, 2 ** 31 - 1], np.int32), 2: offset, 3: y, 4: offset}))
+        got[eng] = (y, offset)
+    assert planner.make_plan(g, "cpu").engine == "numpy"
+    np.testing.assert_array_equal(got["numpy"][0], got["reference"][0])
+    np.testing.assert_array_equal(got["numpy"][1], got["reference"][1])
+    assert set(np.unique(got["numpy"][0])) <= {0.0, 1.0} and got["numpy"][1][0] == -5 + 27
