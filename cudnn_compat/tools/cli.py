@@ -225,7 +225,8 @@ def op_report() -> dict:
 
 def format_ops(r: dict) -> str:
     from cudnn_compat._backend import heuristics
-    lines = ["op kinds by engine on this machine (GPU heuristics order; the reference engine runs on the CPU):"]
+    lines = ["op kinds by engine on this machine (GPU heuristics order; on the CPU place the numpy engine runs "
+             "what it has a kernel for, the reference engine the rest):"]
     lines += heuristics.format_op_coverage(r["engines"])
     lines.append("op kinds without a GPU engine (CPU fallback with a CpuFallbackWarning, or NOT_SUPPORTED under "
                  "CUDNN_COMPAT_CPU_FALLBACK=0; docs/not_supported.md): " + (", ".join(r["without_gpu_engine"]) or "none"))
