@@ -115,8 +115,9 @@ def pointwise(op, ins, dt, out):
     b, alpha2 = ins["b"], ins.get("alpha2")
     if mode in BINARY_FAST or mode in MINMAX:
         ufunc = BINARY_FAST.get(mode) or MINMAX[mode][0 if prop else 1]
-        if (mode == "ADD" and y_out is not None and alpha2 is not None and b.shape == shape
-                and (alpha1 is None or float(alpha1) == 1.0) and not np.may_share_memory(x, y_out)):
+        if (mode == "ADD" and y_out is not None and alpha2 is not None and float(alpha2) != 1.0
+                and b.shape == shape and (alpha1 is None or float(alpha1) == 1.0)
+                and not np.may_share_memory(x, y_out)):
             np.multiply(b, alpha2.astype(dt), out=y_out)  # the beta blend: y = beta*y_prior, then += x
             return {"y": np.add(y_out, x, out=y_out)}
         xs, bs = _scale(x, alpha1), _scale(b, alpha2)
