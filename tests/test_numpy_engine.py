@@ -139,6 +139,23 @@ def test_in_place_activation_writes_x(rng):
     np.testing.assert_allclose(buf, want, rtol=2e-6)
 
 
+def test_an_output_over_memory_a_later_op_reads_is_stored_last(rng):
+    """t = x (a virtual view of x's buffer); y2 = -w written over x's memory; y3 = t: y3 is the x of
+    before the call, as the reference engine (every input loaded first) gives."""
+    dims = (3, 4)
+    x, w, y2, y3, t = T(1, dims), T(2, dims), T(3, dims), T(4, dims), virtual(20, dims)
+    g = OperationGraph([Operation("Pointwise", {"x": x}, {"y": t}, {"mode": "IDENTITY"}),
+                        Operation("Pointwise", {"x": w}, {"y": y2}, {"mode": "NEG"}),
+                        Operation("Pointwise", {"x": t}, {"y": y3}, {"mode": "IDENTITY"})])
+    for eng in ("numpy", "reference"):
+        xb, wb = _buffer(x, rng), _buffer(w, rng)
+        x0 = xb.copy()
+        out3 = np.full(dims, np.nan, np.float32)
+        planner.make_plan(g, "cpu", forced=eng).execute(VariantPack({1: xb, 2: wb, 3: xb, 4: out3}))
+        np.testing.assert_array_equal(out3, x0, err_msg=eng)
+        np.testing.assert_array_equal(xb, -wb, err_msg=eng)
+
+
 # -- Reduction and Matmul ----------------------------------------------------------------------------
 @pytest.mark.parametrize("ydims", [(2, 1, 4, 5), (2, 3, 1, 1), (1, 1, 1, 1)])
 @pytest.mark.parametrize("mode", sorted(REDUCTION_MODES))

@@ -9,11 +9,13 @@ Kernels follow the protocol of ``_kernels.py`` (``fn(op, ins, dt, out)``).  The 
 - loads each external input once per compute dtype: a view of the caller's buffer when its
   storage dtype is the compute dtype (no copy), else a converted copy;
 - gives a kernel ``out[role]`` = the caller's buffer for an external output of the compute
-  dtype, unless a later op reads an external input that may share its memory;
+  dtype, and stores other results into the caller's buffer right after the op, unless a later op
+  reads an external input or a virtual value that may share its memory (then a copy of the
+  result is stored after the last op);
 - runs an ``op -> virtual -> Pointwise IDENTITY (alpha) -> y`` pair (every legacy call's
   beta == 0 blend) as the first op writing y directly when alpha == 1 at run time;
-- rounds virtual tensors to their dtype as the reference does, and stores every other result
-  (rounding to the storage dtype) after all ops ran.
+- rounds virtual tensors to their dtype as the reference does, and stored results to the
+  storage dtype.
 """
 from __future__ import annotations
 
@@ -73,13 +75,14 @@ def store(buf, val, name) -> None:
 
 
 class _Step:
-    __slots__ = ("op", "fn", "dt", "ins", "outs", "later_ext", "fuse", "skip_alpha")
+    __slots__ = ("op", "fn", "dt", "ins", "outs", "later_ext", "later_virt", "fuse", "skip_alpha")
 
     def __init__(self, op, dt):
         self.op, self.fn, self.dt = op, KERNELS[op.kind], dt
         self.ins = tuple(op.inputs.items())
         self.outs = tuple(op.outputs.items())
         self.later_ext = ()  # uids of external inputs (not by value) that later ops read
+        self.later_virt = ()  # uids of tensors produced in the graph (virtual or not) that later ops read
         self.fuse = None  # (role, the IDENTITY step's output tensor) when this op may write it directly
         self.skip_alpha = False  # this step is an IDENTITY blend taken over by the previous step
         # (the alpha1 tensor uid, checked == 1 at run time)
@@ -101,10 +104,11 @@ class NumpyPlan(ExecutionPlan):
         for op in graph.ops:
             for t in op.inputs.values():
                 readers[t.uid] = readers.get(t.uid, 0) + 1
-        later = set()
+        later, later_virt = set(), set()
         for s in reversed(steps):
-            s.later_ext = tuple(later)
+            s.later_ext, s.later_virt = tuple(later), tuple(later_virt)
             later |= {t.uid for t in s.op.inputs.values() if t.uid in self.ext_in and not t.is_by_value}
+            later_virt |= {t.uid for t in s.op.inputs.values() if t.uid not in self.ext_in}
         for a, b in zip(steps, steps[1:]):
             v = b.op.inputs.get("x")
             if not _identity_blend(b.op) or v is None or not v.is_virtual or readers.get(v.uid) != 1:
@@ -123,7 +127,6 @@ class NumpyPlan(ExecutionPlan):
         env = {}  # uid -> value of a virtual tensor or an output
         loaded = {}  # (uid, dtype) -> loaded external input
         pending = []  # (tensor, value) stored after every op ran
-        written = set()  # uids of outputs already in the caller's buffer
         with np.errstate(all="ignore"):
             skip_next = False
             for s in self.steps:
@@ -150,11 +153,13 @@ class NumpyPlan(ExecutionPlan):
                     if alpha is None or float(np.asarray(data[alpha.uid])) == 1.0:
                         targets[role] = y
                         skip_next = True
+                safe = {}  # external output uid -> no later read can see its buffer change
                 for role, t in targets.items():
-                    if not t.is_virtual and dtypes.DTYPES[t.dtype][0] == dt:
+                    if not t.is_virtual:
                         buf = data[t.uid]
-                        if isinstance(buf, np.ndarray) and buf.flags.writeable and buf.shape == t.dims and \
-                                not any(np.may_share_memory(buf, data[u]) for u in s.later_ext):
+                        safe[t.uid] = isinstance(buf, np.ndarray) and _unread_later(buf, s, data, env)
+                        if safe[t.uid] and dtypes.DTYPES[t.dtype][0] == dt and buf.flags.writeable \
+                                and buf.shape == t.dims:
                             out[role] = buf
                 res = s.fn(s.op, ins, dt, out)
                 for role, t in targets.items():
@@ -164,12 +169,19 @@ class NumpyPlan(ExecutionPlan):
                         continue
                     env[t.uid] = val
                     if role in out and val is out[role]:
-                        written.add(t.uid)
-                    else:
-                        pending.append((t, val))
+                        continue
+                    if safe[t.uid]:
+                        store(data[t.uid], val, t.dtype)
+                    else:  # a later op reads memory this buffer shares: stored after the last op
+                        pending.append((t, np.array(val)))
             for t, val in pending:
-                if t.uid not in written:
-                    store(data[t.uid], val, t.dtype)
+                store(data[t.uid], val, t.dtype)
+
+
+def _unread_later(buf, step, data, env) -> bool:
+    """No op after ``step`` reads an external input or a produced value that may share ``buf``'s memory."""
+    return not (any(np.may_share_memory(buf, data[u]) for u in step.later_ext)
+                or any(u in env and np.may_share_memory(buf, env[u]) for u in step.later_virt))
 
 
 class NumpyEngine(Engine):
