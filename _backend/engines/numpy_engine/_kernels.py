@@ -5,8 +5,8 @@ import it without a cycle.
 
 The protocol every kernel follows:
 
-- ``dt``: the op's compute dtype, ``np.float32`` (FLOAT compute; HALF and BFLOAT16 data too)
-  or ``np.float64`` (DOUBLE compute).
+- ``dt``: the op's compute dtype as an ``np.dtype``: float32 (FLOAT compute; HALF and BFLOAT16
+  data too) or float64 (DOUBLE compute; float64/int32/int64 data; int32 accumulation).
 - ``ins``: role -> ndarray of ``dt``.  A float32 external input under float32 compute is the
   caller's strided view itself (no copy); by-value tensors are 0-d arrays of ``dt``.
   Kernels never modify ``ins`` arrays.
