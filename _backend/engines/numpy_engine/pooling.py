@@ -15,11 +15,13 @@ Mechanism: when the window has fewer positions than the output, one pass per win
 inside x, combined with the matching block of y by an in-place ufunc (np.maximum / np.fmax /
 np.add); backward adds dy into the strided view of dx with ``where=`` the first-hit mask.
 Otherwise (global-style pooling) one reduction per output position over its window.
+The taps and window counts of a geometry are computed once (``_geometry``, an LRU cache).
 Temporaries: forward none beyond y; backward max: the raw max, one array and two bool masks of
 y's size (offset loop), or one window of x (position loop); backward average: dy/count.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -48,7 +50,7 @@ def _window_slices(a, xs, o, d):
     return slice(max(0, start), max(0, min(xs[2 + d], start + a["window"][d])))
 
 
-def _counts(a, xs, ys):
+def _count_array(a, xs, ys):
     """Number of input elements per output window, shaped (1, 1, O_1, ..., O_d)."""
     s = len(xs) - 2
     total = np.ones((1, 1) + (1,) * s)
@@ -60,12 +62,33 @@ def _counts(a, xs, ys):
     return total
 
 
-def _offsets(a, xs, ys):
+def _offset_list(a, xs, ys):
     """(y index, x index) per window offset in row-major window order."""
     s = len(xs) - 2
     per_dim = [_offset_ranges(a, xs, ys, d) for d in range(s)]
     for combo in itertools.product(*per_dim):
         yield (slice(None),) * 2 + tuple(c[0] for c in combo), (slice(None),) * 2 + tuple(c[1] for c in combo)
+
+
+@functools.lru_cache(maxsize=256)
+def _geometry(window, stride, pre_padding, xs, ys):
+    """(the window taps, the counts) of one pooling geometry, computed once."""
+    a = {"window": window, "stride": stride, "pre_padding": pre_padding}
+    counts = _count_array(a, xs, ys)
+    counts.flags.writeable = False
+    return tuple(_offset_list(a, xs, ys)), counts
+
+
+def _cached(a, xs, ys):
+    return _geometry(tuple(a["window"]), tuple(a["stride"]), tuple(a["pre_padding"]), tuple(xs), tuple(ys))
+
+
+def _offsets(a, xs, ys):
+    return _cached(a, xs, ys)[0]
+
+
+def _counts(a, xs, ys):
+    return _cached(a, xs, ys)[1]
 
 
 def _positions(a, xs, ys):
@@ -89,9 +112,18 @@ def _raw_max(a, x, y):
     prop = _propagate(a)
     spatial = tuple(range(2, x.ndim))
     if _use_offsets(a, y.shape):
-        y.fill(-np.inf if prop else np.nan)
         fn = np.maximum if prop else np.fmax
-        for yi, xi in _offsets(a, x.shape, y.shape):
+        taps = list(_offsets(a, x.shape, y.shape))
+        full = [xi for yi, xi in taps[:2] if y[yi].shape == y.shape]
+        if len(full) == 2:  # the first two taps cover every output: no fill
+            fn(x[full[0]], x[full[1]], out=y)
+            taps = taps[2:]
+        elif full:
+            np.copyto(y, x[full[0]])
+            taps = taps[1:]
+        else:
+            y.fill(-np.inf if prop else np.nan)
+        for yi, xi in taps:
             fn(y[yi], x[xi], out=y[yi])
     else:
         for yi, xi in _positions(a, x.shape, y.shape):
@@ -114,8 +146,9 @@ def resample_forward(op, ins, dt, out):
         _raw_max(a, x, y)
         lowest = np.finfo(dt).min
         if _propagate(a):
-            np.copyto(y, lowest, where=np.broadcast_to(counts == 0, ys))
-        else:
+            if (counts == 0).any():
+                np.copyto(y, lowest, where=np.broadcast_to(counts == 0, ys))
+        elif np.isnan(np.max(y)):  # one read pass; the masked pass only where a window had no number
             np.copyto(y, lowest, where=np.isnan(y))
         return {"y": y}
     spatial = tuple(range(2, x.ndim))

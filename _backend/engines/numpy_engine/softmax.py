@@ -5,8 +5,8 @@ Formulas as the reference engine's (reference/softmax.py), s sums over ``axes``:
   ACCURATE  y = exp(x - m) / s exp(x - m),  m = max over axes
   LOG       y = (x - m) - log s exp(x - m)
   Backward  dx = y * (dy - s(dy*y))  (FAST/ACCURATE);  dx = dy - exp(y) * s(dy)  (LOG)
-The sums accumulate in float64 (NumPy casts in its buffers, no full-size copy) and are rounded to
-dt once; every full-size pass is an in-place ufunc on the destination.  Temporaries: none of x's
+Sums of more than SHORT_SUM terms accumulate in float64 (NumPy casts in its buffers, no
+full-size copy) and are rounded to dt once, shorter ones in dt (at most 128 roundings); every full-size pass is an in-place ufunc on the destination.  Temporaries: none of x's
 size but one for LOG forward (exp(x - m)); per-point sums and maxima.
 """
 from __future__ import annotations
@@ -17,8 +17,14 @@ from ._arrays import dest
 from ._kernels import kernel
 
 
+SHORT_SUM = 128  # sums of at most this many terms accumulate in dt: error <= 128 * 2^-24 < 1e-5
+
+
 def _sum(a, axes, dt):
-    return np.add.reduce(a, axis=axes, dtype=np.float64, keepdims=True).astype(dt)
+    """Sums over ``axes``: in dt when short (the channel mode's C terms), else in float64."""
+    count = int(np.prod([a.shape[k] for k in axes]))
+    acc = dt if count <= SHORT_SUM else np.float64
+    return np.add.reduce(a, axis=axes, dtype=acc, keepdims=True).astype(dt, copy=False)
 
 
 @kernel("Softmax")
