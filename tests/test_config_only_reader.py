@@ -302,13 +302,13 @@ def test_the_external_variables_go_through_config(monkeypatch, capsys):
 
 def test_order_is_derived_from_the_registered_priorities():
     assert heuristics.ORDER is REGISTRY.order
-    assert heuristics.ORDER == {"gpu": ("cudnn", "cupy", "reference"), "cpu": ("reference",)}
+    assert heuristics.ORDER == {"gpu": ("cudnn", "cupy", "reference"), "cpu": ("numpy", "reference")}
     for place, names in heuristics.ORDER.items():
         prios = [REGISTRY.priorities[n][place] for n in names]
         assert prios == sorted(prios, reverse=True), (place, prios)
-    assert list(REGISTRY.engines)[:3] == ["reference", "cupy", "cudnn"]
-    assert replay.ENGINES == replay.engines() == ("reference", "cupy", "cudnn", "legacy", "default")
-    assert [replay._place(None, e) for e in ("reference", "cupy", "cudnn", "legacy")] == ["cpu", "gpu", "gpu", "gpu"]
+    assert list(REGISTRY.engines)[:4] == ["reference", "cupy", "numpy", "cudnn"]
+    assert replay.ENGINES == replay.engines() == ("reference", "cupy", "numpy", "cudnn", "legacy", "default")
+    assert [replay._place(None, e) for e in ("reference", "cupy", "numpy", "cudnn", "legacy")] == ["cpu", "gpu", "cpu", "gpu", "gpu"]
 
 
 class _Eng(Engine):
@@ -344,8 +344,8 @@ def test_a_registered_engine_runs_in_its_place(monkeypatch):
     monkeypatch.setitem(heuristics.ORDER, "cpu", heuristics.ORDER["cpu"])
     monkeypatch.setitem(heuristics.ORDER, "gpu", heuristics.ORDER["gpu"])
     REGISTRY.register(Top("top", ("cpu",)), priority={"cpu": 1000})
-    assert heuristics.ORDER["cpu"] == ("top", "reference") and heuristics.ORDER["gpu"][0] == "cudnn"
-    assert [e.name for e in heuristics.engine_order("cpu")] == ["top", "reference"]
+    assert heuristics.ORDER["cpu"] == ("top", "numpy", "reference") and heuristics.ORDER["gpu"][0] == "cudnn"
+    assert [e.name for e in heuristics.engine_order("cpu")] == ["top", "numpy", "reference"]
     assert "top" in replay.engines()
 
 

@@ -149,7 +149,7 @@ def test_basic_block_matches_formula_and_unfused_as_one_graph(handle, rng):
     np.testing.assert_allclose(b.get(f1), r1, rtol=1e-5, atol=1e-5)  # y1 stays visible: written
     np.testing.assert_array_equal(f2, p2)
     np.testing.assert_array_equal(f1, p1)
-    assert scope.deferred == 7 and scope.flushes == 1 and scope.graphs == {"reference": 1}
+    assert scope.deferred == 7 and scope.flushes == 1 and scope.graphs == {"numpy": 1}
 
 
 def test_conv_bias_relu_pool_matches_unfused(handle, rng):

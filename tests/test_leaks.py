@@ -23,7 +23,7 @@ import pytest
 
 import cudnn_compat as cc
 from cudnn_compat._backend import planner
-from cudnn_compat._backend.engines.reference import ReferencePlan
+from cudnn_compat._backend.engines.numpy_engine import NumpyPlan  # the CPU place's default engine
 from cudnn_compat._backend.plan_cache import PlanCache
 from conftest import tdesc
 
@@ -165,13 +165,13 @@ def small_cache(monkeypatch):
 
 def test_rule_evicted_plans_are_released(monkeypatch, handle, small_cache):
     released, made = [], []
-    orig_release = ReferencePlan.release
+    orig_release = NumpyPlan.release
 
     def spy(self):
         released.append(self)
         orig_release(self)
 
-    monkeypatch.setattr(ReferencePlan, "release", spy)
+    monkeypatch.setattr(NumpyPlan, "release", spy)
     descs = [tdesc((1, c, 1, 1)) for c in range(1, 21)]
     for c, d in enumerate(descs, 1):
         y = np.zeros(c, np.float32)

@@ -48,14 +48,16 @@ def test_unknown_class_is_unreplayable():
         replay.descriptor_class("cudnn_compat.cnn", "NoSuchDescriptor")
 
 
-def test_trace_naming_old_modules_replays(tmp_path, rng, handle):
+def test_trace_naming_old_modules_replays(tmp_path, rng, handle, monkeypatch):
     """A convolution recorded now, its descriptors' modules rewritten to the paths of before the move."""
     path = tmp_path / "old.jsonl"
     xd, wd, cd, yd = tdesc(XS), fdesc(WS), cdesc(PAD), tdesc(YS)
     x, w = rng.standard_normal(XS).astype(np.float32), rng.standard_normal(WS).astype(np.float32)
     y = np.zeros(YS, np.float32)
+    monkeypatch.setenv("CUDNN_COMPAT_ENGINE", "reference")  # recorded on the engine it replays on
     with cc.trace(str(path), tensors=True):
         cc.cudnnConvolutionForward(handle, 1.0, xd, x, wd, w, cd, 0, None, 0, 0.0, yd, y)
+    monkeypatch.delenv("CUDNN_COMPAT_ENGINE")
     # a moved module (MOVED_MODULES), and one that no table knows (found by searching the package)
     old = {"ConvolutionDescriptor": "cudnn_compat.cnn", "FilterDescriptor": "cudnn_compat.split_since"}
     renamed = []

@@ -226,13 +226,21 @@ def f32(a):
     return np.asarray(a, np.float32).astype(np.float64)
 
 
-@pytest.mark.parametrize("dtype, layout, tol, size", [
-    ("float64", "NCHW", 1e-9, {}),
-    ("float64", "NCHW", 1e-9, {"H": 64, "W": 64, "N": 3}),
-    ("float32", "NCHW", 1e-5, {"H": 64, "W": 64, "N": 4}),
-    ("float32", "NHWC", 1e-5, {"H": 64, "W": 64, "N": 4}),
+# engine: the CPU engine forced for the run.  The reference engine computes in float64 and rounds
+# every stored tensor to float32: the float32 model ``store`` (tol) is its exact picture, and it is
+# within 2e-4 of float64 all along.  The numpy engine (the default) computes in float32 as cuDNN
+# does; its convolution GEMMs accumulate in float32 (measured: bn1.weight's gradient 4.2e-4 from
+# float64; within 2e-4 with only the convolutions run in float64): held to 1e-3.
+@pytest.mark.parametrize("dtype, layout, tol, size, engine", [
+    ("float64", "NCHW", 1e-9, {}, "numpy"),
+    ("float64", "NCHW", 1e-9, {"H": 64, "W": 64, "N": 3}, "numpy"),
+    ("float32", "NCHW", 1e-5, {"H": 64, "W": 64, "N": 4}, "reference"),
+    ("float32", "NHWC", 1e-5, {"H": 64, "W": 64, "N": 4}, "reference"),
+    ("float32", "NCHW", None, {"H": 64, "W": 64, "N": 4}, "numpy"),
+    ("float32", "NHWC", None, {"H": 64, "W": 64, "N": 4}, "numpy"),
 ])
-def test_loss_and_gradients_match_numpy(example, dtype, layout, tol, size):
+def test_loss_and_gradients_match_numpy(example, dtype, layout, tol, size, engine, monkeypatch):
+    monkeypatch.setenv("CUDNN_COMPAT_ENGINE", engine)
     h, net, x, labels, cfg = make(example, dtype, layout, **size)
     try:
         p = net.params()
@@ -240,17 +248,19 @@ def test_loss_and_gradients_match_numpy(example, dtype, layout, tol, size):
         grads = net.grads()
         store = f32 if dtype == "float32" else None
         want_loss, want = reference(p, np.asarray(x, net.net.np_dtype), labels, cfg["width"], 4, None, store)
-        assert abs(loss - want_loss) <= tol * abs(want_loss), (loss, want_loss)
         assert set(grads) == set(want)  # every parameter has its gradient, under torch's names
-        for k in CHECKED:
-            assert rel(grads[k], want[k]) <= tol, (k, rel(grads[k], want[k]))
-        worst = max(want, key=lambda k: rel(grads[k], want[k]))  # and all the others
-        assert rel(grads[worst], want[worst]) <= tol, (worst, rel(grads[worst], want[worst]))
+        if tol is not None:
+            assert abs(loss - want_loss) <= tol * abs(want_loss), (loss, want_loss)
+            for k in CHECKED:
+                assert rel(grads[k], want[k]) <= tol, (k, rel(grads[k], want[k]))
+            worst = max(want, key=lambda k: rel(grads[k], want[k]))  # and all the others
+            assert rel(grads[worst], want[worst]) <= tol, (worst, rel(grads[worst], want[worst]))
         if dtype == "float32":  # against float64 all along: float32's own error, amplified by tiny BN batches
             want_loss64, want64 = reference(p, np.asarray(x, np.float32), labels, cfg["width"], 4, None)
             assert abs(loss - want_loss64) <= 1e-5 * abs(want_loss64)
             for k in CHECKED:
-                assert rel(grads[k], want64[k]) <= 2e-4, (k, rel(grads[k], want64[k]))
+                bound = 2e-4 if engine == "reference" else 1e-3
+                assert rel(grads[k], want64[k]) <= bound, (k, rel(grads[k], want64[k]))
     finally:
         net.destroy()
         cc.cudnnDestroy(h)

@@ -225,7 +225,8 @@ def op_report() -> dict:
 
 def format_ops(r: dict) -> str:
     from cudnn_compat._backend import heuristics
-    lines = ["op kinds by engine on this machine (GPU heuristics order; the reference engine runs on the CPU):"]
+    lines = ["op kinds by engine on this machine (GPU heuristics order; on the CPU place the numpy engine runs "
+             "what it has a kernel for, the reference engine the rest):"]
     lines += heuristics.format_op_coverage(r["engines"])
     lines.append("op kinds without a GPU engine (CPU fallback with a CpuFallbackWarning, or NOT_SUPPORTED under "
                  "CUDNN_COMPAT_CPU_FALLBACK=0; docs/not_supported.md): " + (", ".join(r["without_gpu_engine"]) or "none"))
@@ -417,6 +418,8 @@ BENCHMARKS = (
               quick=("--calls", "2000"), gpu=("--place", "gpu"), cpu=("--place", "cpu")),
     Benchmark("launch_paths", "launch_paths.py", "host cost of the ways Python can launch a CUDA kernel",
               quick=("--calls", "2000")),
+    Benchmark("cpu", "bench_cpu.py", "the CPU place: ours (the numpy engine) vs torch CPU vs plain NumPy (issue 25)",
+              cpu=()),
     Benchmark("conv_configs", "conv_configs.py", "one convolution's native engine configs (modes A/B/FALLBACK) "
               "timed, our autotune's choice, legacy Find and torch"),
 )

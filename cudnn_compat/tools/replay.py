@@ -45,7 +45,7 @@ def engines() -> tuple:
     return REGISTRY.names() + SPECIAL
 
 
-ENGINES = engines()  # ("reference", "cupy", "cudnn", "legacy", "default") with the engines shipped
+ENGINES = engines()  # ("reference", "cupy", "numpy", "cudnn", "legacy", "default") with the engines shipped
 
 # (dtype, math type or None for any) -> (rtol, atol).  Math type from the graph's conv attrs:
 # DEFAULT_MATH lets a GPU run FP32 convolutions in TF32 (cuDNN >= 8 on Ampere+), TENSOR_OP math in
