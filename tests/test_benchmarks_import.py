@@ -136,11 +136,60 @@ def test_bench_list(capsys):
 def test_bench_outside_a_checkout_says_so(monkeypatch, tmp_path, capsys):
     fake = tmp_path / "site-packages" / "cudnn_compat" / "tools" / "cli.py"
     monkeypatch.setattr(cli, "__file__", str(fake))
-    assert cli.main(["bench", "conv"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not installed with the package" in err and "--dir" in err
-    assert cli.main(["bench", "--list"]) == 2
+    monkeypatch.setattr(cli, "_installed_from", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["bench", "conv"], ["bench", "--list"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not installed with the package" in err and "--dir" in err
+        assert str(tmp_path / "benchmarks") in err  # where it looked
     assert cli.main(["bench", "--dir", str(BENCH), "--list"]) == 0  # pointed at a checkout's folder
+    assert f"benchmarks under {BENCH}:" in capsys.readouterr().out
+
+
+def test_bench_finds_the_benchmarks_wherever_the_user_has_them(monkeypatch, tmp_path, capsys):
+    """Installed with ``pip install .`` (the package in site-packages): the checkout it came from
+    (PEP 610 direct_url.json), the current directory's benchmarks/, --dir relative or absolute."""
+    fake = tmp_path / "site-packages" / "cudnn_compat" / "tools" / "cli.py"
+    monkeypatch.setattr(cli, "__file__", str(fake))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(cli, "_installed_from", lambda: str(ROOT))  # pip install /path/to/checkout
+    assert cli.bench_dir() == str(BENCH)
+    monkeypatch.setattr(cli, "_installed_from", lambda: None)
+    assert cli.bench_dir() is None
+    monkeypatch.chdir(ROOT)  # the current directory's benchmarks/
+    assert cli.bench_dir() == str(BENCH)
+    monkeypatch.chdir(elsewhere)
+    rel = os.path.relpath(BENCH, elsewhere)
+    assert cli.bench_dir(rel) == str(BENCH) and cli.bench_dir(str(BENCH)) == str(BENCH)
+    assert cli.bench_dir("benchmarks") is None  # relative to the current directory, which has none
+
+
+def test_bench_relative_dir_runs_the_scripts_from_the_checkout(monkeypatch, calls):
+    monkeypatch.setattr("cudnn_compat._core.place.gpu_reason", lambda: None)
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["bench", "--dir", "benchmarks", "rnn"]) == 0
+    assert calls == [([sys.executable, str(BENCH / "bench_rnn.py")], str(ROOT))]
+
+
+def test_installed_from_reads_pep_610(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    class Dist:
+        def __init__(self, text):
+            self.text = text
+
+        def read_text(self, name):
+            assert name == "direct_url.json"
+            return self.text
+    for text, want in ((json.dumps({"url": (tmp_path / "a b").as_uri(), "dir_info": {}}), str(tmp_path / "a b")),
+                       (json.dumps({"url": "https://x/y.whl", "archive_info": {}}), None),
+                       (json.dumps({"url": (tmp_path / "w.whl").as_uri(), "archive_info": {}}), None),
+                       (None, None), ("{not json", None)):
+        monkeypatch.setattr(metadata, "distribution", lambda name, t=text: Dist(t))
+        assert cli._installed_from() == want, text
 
 
 @pytest.fixture
