@@ -229,8 +229,13 @@ def format_ops(r: dict) -> str:
     lines += heuristics.format_op_coverage(r["engines"])
     lines.append("op kinds without a GPU engine (CPU fallback with a CpuFallbackWarning, or NOT_SUPPORTED under "
                  "CUDNN_COMPAT_CPU_FALLBACK=0; docs/not_supported.md): " + (", ".join(r["without_gpu_engine"]) or "none"))
-    if r["without_gpu_engine_here"] != r["without_gpu_engine"]:
-        lines.append("op kinds no GPU engine runs on this machine: " + (", ".join(r["without_gpu_engine_here"]) or "none"))
+    here = [k for k in r["without_gpu_engine_here"] if k not in r["without_gpu_engine"]]
+    gpu = [e for e in r["engines"] if "gpu" in e["places"] and e["engine"] != "reference"]
+    if gpu and all(e["usable"] for e in gpu):  # no GPU engine usable: say it once, with why
+        lines.append("on this machine no GPU engine is usable (" + "; ".join(f"{e['engine']}: {e['usable']}" for e in gpu)
+                     + "): every op kind runs on the CPU reference engine")
+    elif here:
+        lines.append("also without a usable GPU engine on this machine: " + ", ".join(here))
     return "\n".join(lines)
 
 
