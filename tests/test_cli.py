@@ -263,3 +263,27 @@ def test_doctor_here_names_the_cause(capsys):
     lib = json.loads(capsys.readouterr().out)["libcudnn"]
     if "reason" in lib:
         assert "libcublasLt" not in lib["reason"] and "pip install 'cudnn-compat[" in lib["reason"]
+
+
+def test_driver_version_through_cupy_then_cuda_bindings(monkeypatch):
+    """issue 23 item 10: the driver's CUDA version from CuPy's runtime module, else cuda-bindings;
+    libcuda through ctypes only when neither package is installed."""
+    import types
+    rt = types.SimpleNamespace(driverGetVersion=lambda: 13010)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=rt)))
+    monkeypatch.setattr(cli, "_driver_version_ctypes", lambda: pytest.fail("ctypes used although CuPy answers"))
+    assert cli._driver_version() == 13010 and cli._driver_cuda_major() == 13
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    drv = types.ModuleType("cuda.bindings.driver")
+    drv.cuDriverGetVersion = lambda: (0, 12080)
+    pkg, bindings = types.ModuleType("cuda"), types.ModuleType("cuda.bindings")
+    bindings.driver, pkg.bindings = drv, bindings
+    for name, mod in (("cuda", pkg), ("cuda.bindings", bindings), ("cuda.bindings.driver", drv)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    assert cli._driver_cuda_major() == 12
+    drv.cuDriverGetVersion = lambda: (100, 0)  # CUDA_ERROR_NO_DEVICE
+    assert cli._driver_version() is None
+    for name in ("cuda", "cuda.bindings", "cuda.bindings.driver"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setattr(cli, "_driver_version_ctypes", lambda: 11080)
+    assert cli._driver_cuda_major() == 11

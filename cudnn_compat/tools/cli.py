@@ -75,16 +75,45 @@ def _distributions() -> dict:
     return out
 
 
-def _driver_cuda_major() -> "int | None":
-    """The CUDA major version the installed driver supports (libcuda's cuDriverGetVersion), or None."""
+def _driver_version_ctypes() -> "int | None":
+    """cuDriverGetVersion of libcuda itself: only when neither CuPy nor cuda-bindings is installed,
+    the fresh machine the doctor must advise on (which CUDA extra to install) before either is."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
         v = ctypes.c_int(0)
-        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
-            return v.value // 1000
+        return v.value if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 else None
     except (OSError, AttributeError):
+        return None
+
+
+def _driver_version() -> "int | None":
+    """The CUDA version the installed driver supports (e.g. 13000): CuPy's
+    ``cupy.cuda.runtime.driverGetVersion``, else cuda-bindings' ``cuDriverGetVersion``, else
+    libcuda directly (no CUDA Python package installed yet); None when there is no driver."""
+    try:
+        import cupy
+        return int(cupy.cuda.runtime.driverGetVersion())
+    except ImportError:
         pass
-    return None
+    except Exception:  # noqa: BLE001 - CuPy present, no driver
+        return None
+    try:
+        try:
+            from cuda.bindings import driver
+        except ImportError:
+            from cuda import cuda as driver  # cuda-python < 12.6
+        err, version = driver.cuDriverGetVersion()
+        return int(version) if int(err) == 0 else None
+    except ImportError:
+        return _driver_version_ctypes()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _driver_cuda_major() -> "int | None":
+    """The CUDA major version the installed driver supports, or None."""
+    v = _driver_version()
+    return v // 1000 if v and v > 0 else None
 
 
 def cuda_major(dists: "dict | None" = None, driver=_driver_cuda_major) -> tuple:
