@@ -64,6 +64,18 @@ def int_at_least(lo: int) -> Callable[[str], int]:
     return parse
 
 
+def int_clipped(lo: int, hi: int) -> Callable[[str], int]:
+    """An integer, clipped into [lo, hi] (cuDNN 9's CUDNN_LOGLEVEL_DBG: out-of-range values clip)."""
+    def parse(raw: str) -> int:
+        try:
+            v = int(raw, 10)
+        except ValueError:
+            raise ValueError(f"must be an integer ({lo}..{hi}; others are clipped)") from None
+        return min(max(v, lo), hi)
+    parse.__doc__ = f"an integer clipped to {lo}..{hi}"
+    return parse
+
+
 def choice(*values: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         v = raw.lower()
@@ -178,7 +190,13 @@ VARIABLES = (
     Variable("NVIDIA_TF32_OVERRIDE", None, choice("0", "1"),
              "NVIDIA's switch, honoured as cuDNN and cuBLAS do: 0 turns TF32 off everywhere", "0", EXTERNAL),
     Variable("CUDNN_LOGDEST_DBG", None, text, "cuDNN's log destination, honoured by the default callback "
-             "(cudnnSetCallback; unset: silent)", "stdout|stderr|path", EXTERNAL),
+             "(cudnnSetCallback; unset: silent); %i in a file name is the process id", "stdout|stderr|path",
+             EXTERNAL),
+    # cuDNN 9's nested level (0 off, 1 errors, 2 + warnings, 3 + API calls); when set it replaces
+    # cuDNN 8's three variables below (cudnn_compat/_core/log.py)
+    Variable("CUDNN_LOGLEVEL_DBG", None, int_clipped(0, 3), "cuDNN 9's log level, to CUDNN_LOGDEST_DBG: 0 off, "
+             "1 errors, 2 warnings and errors, 3 also every legacy call (INFO); set, it replaces the "
+             "CUDNN_LOG{INFO,WARN,ERR}_DBG variables", "0|1|2|3", EXTERNAL),
     # cuDNN 8's API logging levels (cudnn_compat/_core/log.py): with CUDNN_LOGDEST_DBG set, each
     # enables its severity on the cudnn_compat logger's built-in callback at import
     Variable("CUDNN_LOGINFO_DBG", False, boolean, "cuDNN's API logging: every legacy call and its status, "

@@ -20,7 +20,11 @@ from collections import OrderedDict, namedtuple
 
 from . import config as _config
 
-try:
+try:  # the writers' lock (_FileLock): filelock where installed (the GPU extras bring it), every OS
+    import filelock
+except ImportError:
+    filelock = None
+try:  # without filelock: POSIX flock (the same lock filelock takes there), else none
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: rename alone keeps the file whole
     fcntl = None
@@ -165,7 +169,7 @@ class ConfigFile:
     ignored with a ``PlanCacheFileWarning`` (once per version of the file) and replaced at the
     next write.  Writes are atomic (a temporary file in the same folder, then ``os.replace``), so
     a reader never sees half a file; writers from several processes serialize on an advisory
-    lock (``<file>.lock``, POSIX ``flock``) and merge into what is on disk, so none loses
+    lock (``<file>.lock``: ``filelock``, else POSIX ``flock``) and merge into what is on disk, so none loses
     another's entries (the writer reads the file again under the lock, whatever its stamp).  The
     file is read again when its inode, size or mtime changed.
 
@@ -288,26 +292,33 @@ def _atomic_write(path: str, doc: dict) -> None:
 
 
 class _FileLock:
-    """An exclusive advisory lock on ``path`` (created when missing); a no-op without fcntl.
-
-    Why not ``filelock`` / ``platformdirs`` (issue 16 asked): this class is 20 lines and the
-    whole POSIX case; ``filelock.FileLock`` would replace only it, at the price of a second hard
-    dependency (numpy is the only one), and on Windows ``os.replace`` alone already keeps the file
-    whole (a concurrent writer may lose an entry: a config is timed again, nothing breaks).
-    ``platformdirs`` would pick a default location, but there is deliberately none: the file is
-    opt-in, at the path ``CUDNN_COMPAT_PLAN_CACHE_FILE`` names (unset: nothing persists), so
-    nothing is written to a user's disk unasked."""
+    """An exclusive lock on ``path`` (created when missing): ``filelock.FileLock`` where filelock
+    is installed (a dependency of the GPU extras: flock on POSIX, LockFileEx on Windows, so no
+    writer loses another's entry on either); without it POSIX ``flock`` directly (the same lock,
+    so processes with and without filelock exclude each other), else none (Windows without
+    filelock: ``os.replace`` alone keeps the file whole, a concurrent writer may lose an entry,
+    which is only timed again).  No default location (``platformdirs``): the file is opt-in, at
+    the path ``CUDNN_COMPAT_PLAN_CACHE_FILE`` names, so nothing is written to a disk unasked."""
 
     def __init__(self, path: str):
-        self.path, self.fd = path, None
+        self.path, self.fd, self.lock = path, None, None
 
     def __enter__(self):
-        if fcntl is not None:
+        if filelock is not None:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(folder):  # filelock would create it: nothing is written where not asked
+                raise FileNotFoundError(2, "No such file or directory", folder)
+            self.lock = filelock.FileLock(self.path)
+            self.lock.acquire()
+        elif fcntl is not None:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
     def __exit__(self, *exc):
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
         if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)

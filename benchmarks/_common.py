@@ -8,6 +8,11 @@ calls between two CUDA events on the current stream, and returns the median mill
 (with the minimum and every repetition's figure).  ``events='torch'`` uses torch's events on
 torch's current stream (for work torch launches); the default uses CuPy's.
 
+Every JSON a benchmark writes records when and from what code it ran: ``write_json_file`` adds
+``"run": {"git_commit": ..., "utc": "YYYY-MM-DDTHH:MM:SSZ"}`` (``run_stamp``; the commit from
+``git`` in the checkout, "-dirty" when tracked files differ from it, else from BENCH_GIT_COMMIT for
+a tree shipped without .git, else "unknown").
+
 Every script under benchmarks/ uses this module for its CUDA-event timing, the device name and
 writing its JSON (``write_json`` names the file after the device; ``write_json_file`` writes a
 path the script chose).  The GPU scripts import torch and CuPy in a guarded block so that
@@ -118,10 +123,39 @@ def write_json(prefix: str, payload: dict, out_dir: "str | None" = None, device:
     return write_json_file(os.path.join(out_dir, f"{prefix}_{device_tag(device)}.json"), payload)
 
 
+def git_commit(root: str = ROOT) -> str:
+    """The checkout's commit ("<sha>-dirty" when tracked files differ), else BENCH_GIT_COMMIT (a
+    tree copied without .git: ``BENCH_GIT_COMMIT=$(git rev-parse HEAD)`` where it was copied
+    from), else "unknown"."""
+    import subprocess
+    try:
+        sha = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        if sha:
+            dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("BENCH_GIT_COMMIT", "").strip() or "unknown"
+
+
+_STAMP: dict = {}
+
+
+def run_stamp() -> dict:
+    """{"git_commit", "utc"} of this run (the time the first JSON of the process was written)."""
+    if not _STAMP:
+        _STAMP.update(git_commit=git_commit(), utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    return dict(_STAMP)
+
+
 def write_json_file(path: str, payload: dict) -> str:
-    """Write ``payload`` as JSON (indent 1) to ``path``, creating its folder; atomic (a temporary
-    file, then ``os.replace``).  Returns the path."""
+    """Write ``payload`` as JSON (indent 1) to ``path``, creating its folder, with the run's commit
+    and UTC time under ``"run"`` (``run_stamp``); atomic (a temporary file, then ``os.replace``).
+    Returns the path."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    payload = dict(payload, run={**run_stamp(), **(payload.get("run") or {})})
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(payload, f, indent=1, default=_jsonable)

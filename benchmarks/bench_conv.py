@@ -1,7 +1,10 @@
 """Convolution benchmark (issue 5): ResNet-50 conv layers through our legacy API on a GPU
-handle (native ``cudnn`` engine) vs the real legacy libcudnn call (best algorithm from
-cudnnFind*Algorithm, its workspace) vs torch (cudnn.benchmark on, channels_last for NHWC,
-TF32 allowed as DEFAULT_MATH allows it).  CUDA-event timing after warm-up; TFLOP/s.
+handle (native ``cudnn`` engine) vs the real legacy libcudnn call (the fastest
+cudnnFind*Algorithm result of the row's math type, its workspace) vs torch (cudnn.benchmark
+on, channels_last for NHWC).  Every side runs the same math type (MATH_OF): TENSOR_OP_MATH for
+fp16/bf16, DEFAULT_MATH (TF32 allowed, torch's allow_tf32) for fp32; each row records it
+(``math``, and ``legacy_math``: the math type of the Find result taken).  CUDA-event timing
+after warm-up; TFLOP/s.
 
   ours      cudnn_compat.cudnnConvolution* (the whole cached legacy call: plan-cache lookup,
             binding, variant pack, execute)
@@ -53,6 +56,21 @@ LAYERS = [  # name, C, K, HW, R, pad, stride
 CONFIGS = [("fp16 NHWC", "float16", "NHWC"), ("bf16 NHWC", "bfloat16", "NHWC"), ("fp32 NCHW", "float32", "NCHW"),
            ("fp32 NHWC", "float32", "NHWC")]
 DIRS = ("fwd", "bwd_data", "bwd_filter")
+# The math type every side runs with (like with like, issue 23 item 8): tensor cores for the
+# 16-bit rows (TENSOR_OP_MATH on our descriptor and on the real legacy one, whose Find result is
+# the fastest of that math type; torch runs them on tensor cores anyway), DEFAULT_MATH for float32
+# (TF32 allowed on every side: torch.backends.cudnn.allow_tf32).
+MATH_OF = {"float16": "TENSOR_OP_MATH", "bfloat16": "TENSOR_OP_MATH", "float32": "DEFAULT_MATH"}
+MATH_NAME = {v: k for k, v in L.MATH.items()}
+
+
+def fastest_of_math(perf: list, math: str) -> dict:
+    """The fastest Find result (they come fastest first) with the math type ``math``; else the
+    fastest of any, which the row then names (legacy_math)."""
+    same = [p for p in perf if p["mathType"] == L.MATH[math]]
+    if not same and not perf:
+        raise RuntimeError("cudnnFind*Algorithm returned no successful result")
+    return min(same or perf, key=lambda p: p["time"])
 KIND = {"fwd": "Forward", "bwd_data": "BackwardData", "bwd_filter": "BackwardFilter"}
 
 
@@ -84,7 +102,7 @@ class Problem:
 class Ours:
     def __init__(self, pb: Problem, handle):
         self.h, self.pb = handle, pb
-        self.xd, self.yd, self.wd, self.cd = conv_descriptors(pb)
+        self.xd, self.yd, self.wd, self.cd = conv_descriptors(pb, "CUDNN_" + MATH_OF[pb.dtype])
 
     def call(self, direction):
         pb, h = self.pb, self.h
@@ -135,7 +153,8 @@ class Legacy:
         self.tx = self.ds.tensor(pb.xd, strides(pb.xd, pb.layout), pb.dtype)
         self.ty = self.ds.tensor(pb.yd, strides(pb.yd, pb.layout), pb.dtype)
         self.tw = self.ds.filter(pb.wd, pb.dtype, nhwc=pb.layout == "NHWC")
-        self.tc = self.ds.conv(pb.pad, pb.stride, (1, 1), "CROSS_CORRELATION", "float32", 1, "DEFAULT_MATH")
+        self.math = MATH_OF[pb.dtype]
+        self.tc = self.ds.conv(pb.pad, pb.stride, (1, 1), "CROSS_CORRELATION", "float32", 1, self.math)
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
     def args(self, direction):
@@ -145,11 +164,14 @@ class Legacy:
                 "bwd_filter": ((self.tx, pb.x), (self.ty, pb.y), (self.tw, pb.w))}[direction]
 
     def call(self, direction, algo=None):
+        """(the call, its algo); ``self.found_math``: the math type of the Find result taken."""
         (d1, a1), (d2, a2), (d3, a3) = self.args(direction)
         k = KIND[direction]
+        self.found_math = self.math
         if algo is None:
             perf = L.perf_list(f"cudnnFindConvolution{k}Algorithm", self.lh, d1, d2, self.tc, d3, 16)
-            algo = perf[0]["algo"]
+            best = fastest_of_math(perf, self.math)
+            algo, self.found_math = best["algo"], MATH_NAME[best["mathType"]]
         ws = L.workspace_size(f"cudnnGetConvolution{k}WorkspaceSize", self.lh, d1, d2, self.tc, d3, algo)
         buf = cupy.empty(max(ws, 1), cupy.uint8)
         fn = getattr(L.load(), f"cudnnConvolution{k}")
@@ -187,7 +209,8 @@ def bench_layers(args, rows):
             pb = Problem(layer, dtype, layout, args.batch)
             ours, leg = Ours(pb, h), Legacy(pb, lh)
             for d in DIRS:
-                row = dict(config=cname, layer=pb.name, dir=d, n=args.batch, gflop=pb.flops / 1e9)
+                row = dict(config=cname, layer=pb.name, dir=d, n=args.batch, gflop=pb.flops / 1e9,
+                           math=MATH_OF[dtype])
                 try:
                     f = ours.call(d)
                     row["ours_ms"] = timeit(f, args.iters)
@@ -199,6 +222,7 @@ def bench_layers(args, rows):
                 try:
                     f, algo = leg.call(d)
                     row["legacy_ms"], row["legacy_algo"] = timeit(f, args.iters), algo
+                    row["legacy_math"] = leg.found_math  # == math unless Find had none of that type
                 except Exception as e:  # noqa: BLE001
                     row["legacy_error"] = f"{type(e).__name__}: {e}"[:300]
                 try:
@@ -224,7 +248,8 @@ def bench_fused(args, rows):
         pb = Problem(layer, dtype, layout, args.batch)
         k = pb.wd[0]
         bias = rand(k, dtype)
-        row = dict(config="fp16 NHWC", layer=pb.name, dir="conv+bias+relu", n=args.batch, gflop=pb.flops / 1e9)
+        row = dict(config="fp16 NHWC", layer=pb.name, dir="conv+bias+relu", n=args.batch, gflop=pb.flops / 1e9,
+                   math=MATH_OF[dtype])
         ours = Ours(pb, h)
         bd = cc.cudnnCreateTensorDescriptor()
         cc.cudnnSetTensorNdDescriptor(bd, cc.CUDNN_DATA_HALF, 4, [1, k, 1, 1], [k, 1, 1, 1])
@@ -368,6 +393,8 @@ def fmt_row(r):
     keys = ("ours", "ours_plan", "legacy", "torch") if "legacy3_ms" not in r and r["dir"] != "conv+bias+relu" \
         else ("ours", "legacy3", "legacy_fused", "torch")
     errs = "; ".join(f"{k}: {v}" for k, v in r.items() if k.endswith("_error"))
+    if r.get("legacy_math", r.get("math")) != r.get("math"):
+        errs = (errs + "; " if errs else "") + f"legacy ran {r['legacy_math']} (Find had no {r['math']} result)"
     return (f"{r['config']:10s} {r['layer']:18s} {r['dir']:15s} " + " ".join(f"{k}={t(k)}" for k in keys)
             + (f"  [{errs}]" if errs else ""))
 

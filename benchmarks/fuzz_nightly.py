@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import multiprocessing
 import os
 import pathlib
@@ -92,8 +91,10 @@ def main(argv=None) -> int:
     for r in failed:
         print(f"\n=== {r['property']} ===\n{r['failure']}")
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"total": total, "wall_seconds": round(wall, 1), "jobs": args.jobs,
-                                                       "place": args.place, "results": results}, indent=1))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _common import write_json_file  # the run's commit and UTC time, as every benchmark JSON
+        write_json_file(args.json, {"total": total, "wall_seconds": round(wall, 1), "jobs": args.jobs,
+                                    "place": args.place, "results": results})
     return 1 if failed else 0
 
 

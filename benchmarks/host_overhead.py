@@ -15,8 +15,12 @@ plan-cache lookup, binding) and, on the GPU, the engine's launch path.
                 benchmarks/launch_paths.py); the RNN forward has no emulation (error)
   --place gpu   the default engines on a GPU handle with CuPy buffers (the native ``cudnn``
                 engine for convolutions, the ``cupy`` engine's launch records for the rest),
-                next to the same call on the real legacy libcudnn through ctypes
-                (``_backend/legacy_cudnn.py``) where libcudnn 9 still exports it
+                next to the same call on the real legacy libcudnn where libcudnn 9 still
+                exports it, called from Python through ctypes (``_backend/legacy_cudnn.py``):
+                the column "legacy via ctypes", which includes the cost of a ctypes call itself;
+                that cost alone (a cudnnGetStream through the same path) is the "ctypes call"
+                figure (``ctypes_call_us``), so legacy C's own host cost is roughly the
+                difference
 
 Families (``CASES``): conv fwd / bwd data / bwd filter / conv+bias+act, activation fwd/bwd,
 add / op / reduce tensor, BN forward training / inference / backward, pooling fwd/bwd,
@@ -75,6 +79,7 @@ def _noop_engine():
 _vp, _int, _sz, _dbl = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_double
 _pvp, _psz = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)
 EXTRA_PROTOTYPES = {  # legacy functions legacy_cudnn.py does not declare
+    "cudnnGetStream": [_vp, _pvp],  # the ctypes floor (ctypes_call_us): a call that does nothing
     "cudnnActivationBackward": [_vp] * 12,
     "cudnnPoolingBackward": [_vp] * 12,
     "cudnnSoftmaxBackward": [_vp, _int, _int] + [_vp] * 8,
@@ -118,6 +123,16 @@ class Legacy:
         p = ctypes.c_void_p()
         self.fn(f"cudnnCreate{kind}Descriptor")(ctypes.byref(p))
         return p.value
+
+
+def ctypes_floor(calls: int, sync=None) -> float:
+    """Median microseconds of the bare ctypes call through the same path as the legacy column
+    (``Legacy.fn``: the function pointer, argument conversion, the status check): cudnnGetStream,
+    which only reads the handle.  The "legacy via ctypes" figures include this much Python."""
+    leg = Legacy()
+    get, stream = leg.fn("cudnnGetStream"), ctypes.c_void_p()
+    ref = ctypes.byref(stream)
+    return measure(lambda: get(leg.h.ptr, ref), calls, sync)["median_us"]
 
 
 def _strides(dims, layout="NCHW"):
@@ -474,6 +489,13 @@ def main(argv=None):
         import cupy
         sync = cupy.cuda.runtime.deviceSynchronize
         out["device"] = _device_name()
+    floor = None
+    if args.place == "gpu" and not args.no_legacy:
+        try:
+            floor = out["ctypes_call_us"] = ctypes_floor(args.calls, sync)
+            print(f"ctypes call (cudnnGetStream through the legacy column's path): {floor:.2f} us", flush=True)
+        except Exception as e:  # noqa: BLE001 - no libcudnn: no legacy column either
+            out["ctypes_call_error"] = f"{type(e).__name__}: {e}"[:300]
     for case, fn in make_calls(args.place, only).items():
         if getattr(fn, "setup_error", None):
             out["cases"][case] = {"error": fn.setup_error}
@@ -491,11 +513,14 @@ def main(argv=None):
                 r["legacy_median_us"] = measure(fn.legacy, args.calls, sync)["median_us"]
             except Exception as e:  # noqa: BLE001
                 r["legacy_error"] = f"{type(e).__name__}: {e}"[:300]
+        if floor is not None and "legacy_median_us" in r:
+            r["ctypes_call_us"] = floor
         out["cases"][case] = r
         leg = r.get("legacy_median_us")
         print(f"{args.label:8s} {args.place} {case:16s} [{r['engine']:14s}] median {r['median_us']:6.1f}  "
               f"mean {r['mean_us']:6.1f}  thread-cpu {r['thread_cpu_us']:6.1f} us"
-              + (f"   legacy C {leg:5.1f} us" if leg is not None else "")
+              + (f"   legacy via ctypes {leg:5.1f} us (ctypes call {floor:4.1f})" if leg is not None
+                 and floor is not None else (f"   legacy via ctypes {leg:5.1f} us" if leg is not None else ""))
               + ("" if r["median_us"] <= TARGET_US else "   (over target)"), flush=True)
         if args.profile:
             text = profile(fn, args.profile_calls)

@@ -83,7 +83,7 @@ def _configure_logging() -> None:
     if level:
         log = logging.getLogger("cudnn_compat")
         log.setLevel(getattr(logging, level, logging.INFO))
-        if not log.handlers:
+        if not [h for h in log.handlers if not isinstance(h, logging.NullHandler)]:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("cudnn_compat %(levelname)s: %(message)s"))
             log.addHandler(handler)

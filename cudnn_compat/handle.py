@@ -10,8 +10,6 @@ while another device is current switches to the handle's device for its duration
 False when the process sees one device).  ``cudnnSetStream`` takes only streams of that device."""
 from __future__ import annotations
 
-import ctypes
-import threading
 import warnings
 
 from ._core.descriptor import Descriptor, resolve
@@ -77,51 +75,33 @@ def wrong_device(handle) -> bool:
 
 
 # -- the device of a raw cudaStream_t (cudnnSetStream's context rule) ----------------------------------
-# CuPy has no binding of cudaStreamGetDevice, so the driver API through ctypes: cuStreamGetDevice
-# (CUDA 12.8 drivers) or cuStreamGetCtx + cuCtxGetDevice (older ones); None when neither answers
-# (then the stream is accepted, as before).  STREAM_DEVICE[0] replaces the query (tests).
+# CuPy has no binding of cudaStreamGetDevice; its driver module has cuStreamGetCtx, cuCtxGetCurrent,
+# cuCtxSetCurrent and cuCtxGetDevice (cupy.cuda.driver): the stream's context made current for the
+# query, then the caller's restored.  None when the driver cannot say (then the stream is accepted,
+# as before).  STREAM_DEVICE[0] replaces the query (tests).
 STREAM_DEVICE: list = [None]
 _SPECIAL_STREAMS = (1, 2)  # cudaStreamLegacy, cudaStreamPerThread: the current device's own streams
-_driver_lock = threading.Lock()
-_DRIVER: list = []
 
 
-def _libcuda():
-    with _driver_lock:
-        if not _DRIVER:
-            try:
-                _DRIVER.append(ctypes.CDLL("libcuda.so.1"))
-            except OSError:
-                try:
-                    _DRIVER.append(ctypes.CDLL("nvcuda.dll"))
-                except OSError:
-                    _DRIVER.append(None)
-    return _DRIVER[0]
-
-
-def stream_device(ptr: int) -> "int | None":
-    """The device ordinal a raw stream belongs to, or None when the driver cannot say."""
+def stream_device(ptr: int, driver=None) -> "int | None":
+    """The device ordinal a raw stream belongs to, or None when the driver cannot say.
+    ``driver``: CuPy's driver module (default ``cupy.cuda.driver``)."""
     if STREAM_DEVICE[0] is not None:
         return STREAM_DEVICE[0](ptr)
-    lib = _libcuda()
-    if lib is None:
-        return None
-    dev = ctypes.c_int(-1)
     try:
-        f = getattr(lib, "cuStreamGetDevice", None)
-        if f is not None and f(ctypes.c_void_p(ptr), ctypes.byref(dev)) == 0:
-            return dev.value
-        ctx, old = ctypes.c_void_p(), ctypes.c_void_p()
-        if lib.cuStreamGetCtx(ctypes.c_void_p(ptr), ctypes.byref(ctx)) != 0 or not ctx.value:
+        if driver is None:
+            import cupy
+            driver = cupy.cuda.driver
+        ctx = driver.streamGetCtx(int(ptr))
+        if not ctx:
             return None
-        if lib.cuCtxPushCurrent_v2(ctx) != 0:
-            return None
+        old = driver.ctxGetCurrent()
+        driver.ctxSetCurrent(ctx)
         try:
-            ok = lib.cuCtxGetDevice(ctypes.byref(dev)) == 0
+            return int(driver.ctxGetDevice())
         finally:
-            lib.cuCtxPopCurrent_v2(ctypes.byref(old))
-        return dev.value if ok else None
-    except (AttributeError, OSError):
+            driver.ctxSetCurrent(old)
+    except Exception:  # noqa: BLE001 - no CuPy, not a stream of this process, a driver error: not known
         return None
 
 

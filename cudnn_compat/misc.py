@@ -34,7 +34,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from cudnn_compat._backend import config as _config
 from ._core.descriptor import resolve
 from ._core.registry import legacy
 from .enums import ENUMS, is_valid
@@ -86,9 +85,11 @@ def _debug(record: logging.LogRecord) -> CudnnDebug:
 
 
 def _default_sink(sev, udata, dbg, msg) -> None:
-    """The built-in callback: CUDNN_LOGDEST_DBG = stdout | stderr | a file name; unset = silent."""
-    dest = _config.get("CUDNN_LOGDEST_DBG")
-    if not dest:
+    """The built-in callback: CUDNN_LOGDEST_DBG = stdout | stderr | a file name (%i: the process
+    id); unset = silent."""
+    from ._core.log import destination
+    dest = destination()
+    if dest is None:
         return
     name = {FATAL: "FATAL", ERROR: "ERROR", WARNING: "WARNING", INFO: "INFO"}[sev]
     line = f"cudnn_compat {name} (+{dbg.time_delta:.3f}s, pid {dbg.pid}): {msg}\n"
@@ -125,15 +126,23 @@ class _Quiet(logging.Filter):
 
 
 class _Forward(logging.Handler):
-    """Propagation that keeps out the records below ``floor`` (those the application did not see)."""
+    """Propagation that keeps out the records below ``floor`` (those the application did not see).
+    It walks the ancestors' handlers as ``Logger.callHandlers`` does, but without logging's
+    last-resort printer: with no handler above, a record goes nowhere, as it would have."""
 
     def __init__(self, parent, floor):
         super().__init__(floor)
         self.parent = parent
 
     def emit(self, record):
-        if self.parent is not None:
-            self.parent.handle(record)
+        log = self.parent
+        if log is None or log.disabled or not log.filter(record):
+            return
+        while log is not None:
+            for h in log.handlers:
+                if record.levelno >= h.level:
+                    h.handle(record)
+            log = log.parent if log.propagate else None
 
 
 _STATE = {"mask": 0, "udata": None, "fptr": None, "installed": None}

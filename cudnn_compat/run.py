@@ -14,6 +14,7 @@ from typing import NoReturn
 import os
 import runpy
 import sys
+import warnings
 
 from cudnn_compat._backend import config as _config
 
@@ -47,8 +48,10 @@ def main(argv=None) -> int:
     if not argv:
         print(USAGE, file=sys.stderr)
         return 2
-    from .cupy13.shim import install_cupy_shim
-    install_cupy_shim(allow_stub=allow_stub)
+    from .cupy13.shim import CupyShimWarning, install_cupy_shim
+    with warnings.catch_warnings():  # without CuPy the script's own import of cupy gets the runner's line
+        warnings.simplefilter("ignore", CupyShimWarning)
+        install_cupy_shim(allow_stub=allow_stub)
     if argv[0] == "-m":
         if len(argv) < 2:
             print(USAGE, file=sys.stderr)

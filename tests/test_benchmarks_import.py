@@ -108,10 +108,32 @@ def test_write_json_names_the_file_after_the_device(tmp_path):
     path = _common.write_json("bench_x", {"a": 1, "v": _common.statistics.median([1, 2, 3])}, str(tmp_path),
                               device="NVIDIA H100 80GB HBM3")
     assert path == str(tmp_path / "bench_x_NVIDIA_H100_80GB_HBM3.json")
-    assert json.loads(Path(path).read_text()) == {"a": 1, "v": 2}
+    doc = json.loads(Path(path).read_text())
+    run = doc.pop("run")
+    assert doc == {"a": 1, "v": 2}
+    assert set(run) == {"git_commit", "utc"} and run["utc"].endswith("Z")
     nested = tmp_path / "new" / "folder" / "out.json"
     assert _common.write_json_file(str(nested), {"b": [1, 2]}) == str(nested)
-    assert json.loads(nested.read_text()) == {"b": [1, 2]} and not list(nested.parent.glob("*.tmp"))
+    doc = json.loads(nested.read_text())
+    assert doc["b"] == [1, 2] and doc["run"] == run and not list(nested.parent.glob("*.tmp"))
+
+
+def test_every_json_records_the_commit_and_the_utc_time(tmp_path, monkeypatch):
+    """issue 23 item 8: one stamp for every benchmark JSON (all go through write_json_file)."""
+    import datetime
+    import subprocess as sp
+    sha = sp.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if sha:
+        assert _common.git_commit().split("-")[0] == sha
+    monkeypatch.setenv("BENCH_GIT_COMMIT", "abc123")
+    assert _common.git_commit(str(tmp_path)) == "abc123"  # a tree without .git
+    monkeypatch.delenv("BENCH_GIT_COMMIT")
+    assert _common.git_commit(str(tmp_path)) == "unknown"
+    utc = datetime.datetime.strptime(_common.run_stamp()["utc"], "%Y-%m-%dT%H:%M:%SZ")
+    assert abs((datetime.datetime.utcnow() - utc).total_seconds()) < 24 * 3600
+    for script in set(SCRIPTS) - NOT_BENCHMARKS:  # none writes JSON another way
+        text = (BENCH / script).read_text()
+        assert "json.dump(" not in text and ("write_json" in text or ".json" not in text), script
 
 
 def test_scripts_use_the_shared_helpers():
@@ -136,11 +158,60 @@ def test_bench_list(capsys):
 def test_bench_outside_a_checkout_says_so(monkeypatch, tmp_path, capsys):
     fake = tmp_path / "site-packages" / "cudnn_compat" / "tools" / "cli.py"
     monkeypatch.setattr(cli, "__file__", str(fake))
-    assert cli.main(["bench", "conv"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not installed with the package" in err and "--dir" in err
-    assert cli.main(["bench", "--list"]) == 2
+    monkeypatch.setattr(cli, "_installed_from", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["bench", "conv"], ["bench", "--list"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not installed with the package" in err and "--dir" in err
+        assert str(tmp_path / "benchmarks") in err  # where it looked
     assert cli.main(["bench", "--dir", str(BENCH), "--list"]) == 0  # pointed at a checkout's folder
+    assert f"benchmarks under {BENCH}:" in capsys.readouterr().out
+
+
+def test_bench_finds_the_benchmarks_wherever_the_user_has_them(monkeypatch, tmp_path, capsys):
+    """Installed with ``pip install .`` (the package in site-packages): the checkout it came from
+    (PEP 610 direct_url.json), the current directory's benchmarks/, --dir relative or absolute."""
+    fake = tmp_path / "site-packages" / "cudnn_compat" / "tools" / "cli.py"
+    monkeypatch.setattr(cli, "__file__", str(fake))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(cli, "_installed_from", lambda: str(ROOT))  # pip install /path/to/checkout
+    assert cli.bench_dir() == str(BENCH)
+    monkeypatch.setattr(cli, "_installed_from", lambda: None)
+    assert cli.bench_dir() is None
+    monkeypatch.chdir(ROOT)  # the current directory's benchmarks/
+    assert cli.bench_dir() == str(BENCH)
+    monkeypatch.chdir(elsewhere)
+    rel = os.path.relpath(BENCH, elsewhere)
+    assert cli.bench_dir(rel) == str(BENCH) and cli.bench_dir(str(BENCH)) == str(BENCH)
+    assert cli.bench_dir("benchmarks") is None  # relative to the current directory, which has none
+
+
+def test_bench_relative_dir_runs_the_scripts_from_the_checkout(monkeypatch, calls):
+    monkeypatch.setattr("cudnn_compat._core.place.gpu_reason", lambda: None)
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["bench", "--dir", "benchmarks", "rnn"]) == 0
+    assert calls == [([sys.executable, str(BENCH / "bench_rnn.py")], str(ROOT))]
+
+
+def test_installed_from_reads_pep_610(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    class Dist:
+        def __init__(self, text):
+            self.text = text
+
+        def read_text(self, name):
+            assert name == "direct_url.json"
+            return self.text
+    for text, want in ((json.dumps({"url": (tmp_path / "a b").as_uri(), "dir_info": {}}), str(tmp_path / "a b")),
+                       (json.dumps({"url": "https://x/y.whl", "archive_info": {}}), None),
+                       (json.dumps({"url": (tmp_path / "w.whl").as_uri(), "archive_info": {}}), None),
+                       (None, None), ("{not json", None)):
+        monkeypatch.setattr(metadata, "distribution", lambda name, t=text: Dist(t))
+        assert cli._installed_from() == want, text
 
 
 @pytest.fixture
@@ -185,3 +256,38 @@ def test_bench_reports_a_failing_script(monkeypatch, capsys):
     monkeypatch.setattr(sp, "call", lambda cmd, cwd=None: 3)
     assert cli.main(["bench", "fusion"]) == 1
     assert "fusion exited with 3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suite_rc, fuzz_rc, want", [(0, 0, 0), (1, 0, 1), (0, 1, 1), (2, 0, 2)])
+def test_device_check_exits_non_zero_when_the_suite_fails(tmp_path, suite_rc, fuzz_rc, want):
+    """benchmarks/device_check.sh with stand-ins for python3 and nvidia-smi: its status is the GPU
+    suite's, else the fuzz run's; the optional steps skip when the budget has no room; only JSON
+    newer than the run's start is collected (issue 23 items 8, 11)."""
+    import shutil
+    import tarfile
+    if shutil.which("bash") is None or shutil.which("timeout") is None:
+        pytest.skip("needs bash and timeout")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA Test GPU, 1.0'\n")
+    (fake / "python3").write_text(
+        "#!/bin/sh\ncase \"$*\" in\n"
+        f"  *pytest*) echo '1 passed'; exit {suite_rc};;\n"
+        f"  *fuzz_nightly*) exit {fuzz_rc};;\n"
+        "  *) echo \"ran $*\"; exit 0;;\nesac\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    work = tmp_path / "tree"
+    (work / "benchmarks" / "results").mkdir(parents=True)
+    stale = work / "benchmarks" / "results" / "host_overhead_NVIDIA_Test_GPU.json"
+    stale.write_text("{}")
+    os.utime(stale, (1, 1))  # older than any run
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", OUT=str(tmp_path / "out"), BUDGET_S="100")
+    p = subprocess.run(["bash", str(BENCH / "device_check.sh")], cwd=work, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == want, p.stdout + p.stderr
+    assert "bench_conv skipped" in p.stdout or "bench_conv rc=0" in p.stdout
+    with tarfile.open(tmp_path / "out" / "device_check.tgz") as t:
+        names = [os.path.basename(n) for n in t.getnames()]
+    assert "host_overhead_NVIDIA_Test_GPU.json" not in names and ".started" not in names
+    assert "pytest_gpu.log" in names

@@ -43,7 +43,53 @@ def test_python_dash_m_runs_the_command():
 
 def test_no_command_is_a_usage_error(capsys):
     assert cli.main([]) == 2
-    assert "doctor" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "doctor" in err and err.count("\n") == 1
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# issue 23 item 4: every error of the command is one line on stderr and a non-zero status
+ERRORS = [
+    ([], "a command is required"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["doctor", "--bogus"], "unrecognized arguments: --bogus"),
+    (["demo", "--seed", "x"], "invalid int value: 'x'"),
+    (["demo", "--place", "tpu"], "invalid choice: 'tpu'"),
+    (["replay"], "the following arguments are required: trace"),
+    (["replay", "{tmp}/none.jsonl"], "No such file or directory"),
+    (["replay", "{tmp}/bad.jsonl"], ""),
+    (["replay", "{tmp}/bad.jsonl", "--tol", "float32=x"], ""),
+    (["explain", "{tmp}/none.jsonl"], "No such file or directory"),
+    (["explain", "{tmp}"], ""),
+    (["diff", "{tmp}/none.jsonl", "{tmp}/bad.jsonl"], "No such file or directory"),
+    (["bench", "nothing"], "no benchmark 'nothing'"),
+    (["bench", "--dir", "{tmp}", "--list"], "holds no benchmark scripts"),
+    (["bench", "--dir", "no/such/benchmarks"], "holds no benchmark scripts"),
+    (["bench", "--quick", "--dir"], "expected one argument"),
+    (["install-shim", "--dir", "{tmp}/no/such/folder"], ""),
+]
+
+
+@pytest.mark.parametrize("argv, words", ERRORS, ids=[" ".join(a) or "(none)" for a, _ in ERRORS])
+def test_every_error_is_one_line_and_a_nonzero_status(argv, words, tmp_path):
+    """In a child process (what a user sees): no traceback, one line on stderr naming the command."""
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    env = dict(os.environ, CUDNN_COMPAT_DEVICE="cpu")
+    p = subprocess.run([sys.executable, "-m", "cudnn_compat", *argv], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=120)
+    assert p.returncode != 0, (argv, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("cudnn-compat") and words in p.stderr, p.stderr
+
+
+def test_an_unexpected_failure_is_status_1_and_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "doctor_report", lambda: 1 / 0)
+    assert cli.main(["doctor"]) == 1
+    err = capsys.readouterr().err
+    assert err == "cudnn-compat doctor: ZeroDivisionError: division by zero (--traceback shows where)\n"
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["--traceback", "doctor"])
 
 
 @needs_demo
@@ -217,3 +263,27 @@ def test_doctor_here_names_the_cause(capsys):
     lib = json.loads(capsys.readouterr().out)["libcudnn"]
     if "reason" in lib:
         assert "libcublasLt" not in lib["reason"] and "pip install 'cudnn-compat[" in lib["reason"]
+
+
+def test_driver_version_through_cupy_then_cuda_bindings(monkeypatch):
+    """issue 23 item 10: the driver's CUDA version from CuPy's runtime module, else cuda-bindings;
+    libcuda through ctypes only when neither package is installed."""
+    import types
+    rt = types.SimpleNamespace(driverGetVersion=lambda: 13010)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=rt)))
+    monkeypatch.setattr(cli, "_driver_version_ctypes", lambda: pytest.fail("ctypes used although CuPy answers"))
+    assert cli._driver_version() == 13010 and cli._driver_cuda_major() == 13
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    drv = types.ModuleType("cuda.bindings.driver")
+    drv.cuDriverGetVersion = lambda: (0, 12080)
+    pkg, bindings = types.ModuleType("cuda"), types.ModuleType("cuda.bindings")
+    bindings.driver, pkg.bindings = drv, bindings
+    for name, mod in (("cuda", pkg), ("cuda.bindings", bindings), ("cuda.bindings.driver", drv)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    assert cli._driver_cuda_major() == 12
+    drv.cuDriverGetVersion = lambda: (100, 0)  # CUDA_ERROR_NO_DEVICE
+    assert cli._driver_version() is None
+    for name in ("cuda", "cuda.bindings", "cuda.bindings.driver"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setattr(cli, "_driver_version_ctypes", lambda: 11080)
+    assert cli._driver_cuda_major() == 11

@@ -158,7 +158,13 @@ def test_without_cupy_nothing_is_registered_unless_asked():
     if _has_real_cupy():
         pytest.skip("CuPy is installed here")
     before = {k for k in sys.modules if k.split(".")[0] in ("cupy", "cupyx", "cupy_backends")}
-    assert shim.install_cupy_shim() == []
+    with pytest.warns(shim.CupyShimWarning) as rec:  # issue 23 item 7: not silently
+        assert shim.install_cupy_shim() == []
+    assert len(rec) == 1 and rec[0].filename == __file__  # points at the caller
+    msg = str(rec[0].message)
+    for words in ("CuPy cannot be imported (ModuleNotFoundError: No module named 'cupy')", "no module was registered",
+                  "pip install 'cudnn-compat[cuda12]'", "allow_stub=True", "CUDNN_COMPAT_SHIM=stub"):
+        assert words in msg, (words, msg)
     assert {k for k in sys.modules if k.split(".")[0] in ("cupy", "cupyx", "cupy_backends")} == before
     shim.install_cupy_shim(allow_stub=True)
     try:

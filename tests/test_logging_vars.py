@@ -249,3 +249,113 @@ def test_variables_are_declared():
         assert config.TABLE[name].scope == config.EXTERNAL
     for name in VARS[:3]:
         assert config.TABLE[name].parse("1") is True and config.TABLE[name].parse("0") is False
+
+
+# -- issue 23 item 3: only where asked; %i; cuDNN 9's CUDNN_LOGLEVEL_DBG ---------------------------------------
+
+CAUGHT = textwrap.dedent("""
+    import json, logging, sys, cudnn_compat as cc
+    if len(sys.argv) > 1:                                 # an application with its own handler on the root
+        logging.basicConfig(stream=sys.stdout, format="APP %(levelname)s %(name)s: %(message)s")
+    d = cc.cudnnCreateTensorDescriptor()
+    try:
+        cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT, -1, 2, 2, 2)
+    except cc.CuDNNError as e:
+        message = str(e)
+    logging.getLogger("cudnn_compat").warning("engine x declined at execute (test warning)")
+    print("RESULT " + json.dumps({"message": message, "mask": cc.cudnnGetCallback()[0]}))
+""")
+FAILED = "function cudnnSetTensor4dDescriptor() failed: "
+
+
+def _caught(tmp_path, *argv, **env_vars):
+    env = {k: v for k, v in os.environ.items() if k not in VARS + ("CUDNN_LOGLEVEL_DBG",)
+           and not k.startswith("CUDNN_COMPAT_")}
+    env.update(env_vars)
+    p = subprocess.run([sys.executable, "-c", CAUGHT, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    return result, "\n".join(ln for ln in p.stdout.splitlines() if not ln.startswith("RESULT ")), p.stderr
+
+
+@pytest.mark.parametrize("env", [{"CUDNN_LOGINFO_DBG": "1"}, {"CUDNN_LOGINFO_DBG": "1", "CUDNN_LOGERR_DBG": "1"},
+                                 {"CUDNN_LOGLEVEL_DBG": "3"}, {"CUDNN_LOGWARN_DBG": "1"}, {}])
+def test_a_caught_failure_is_written_only_to_the_destination(tmp_path, env):
+    """The issue's case: INFO to a file, a failed call caught by the program: nothing on stderr
+    (the ERROR record used to reach logging's last-resort printer), the file has the records of
+    the levels enabled."""
+    log = tmp_path / "cudnn.log"
+    r, out, err = _caught(tmp_path, **env, CUDNN_LOGDEST_DBG=str(log))
+    assert err == "" and out == ""
+    text = log.read_text() if log.exists() else ""
+    info = "function cudnnSetTensor4dDescriptor() called: CUDNN_STATUS_BAD_PARAM"
+    assert (info in text) is bool(r["mask"] & cc.CUDNN_SEV_INFO_EN)
+    assert (FAILED + r["message"] in text) is bool(r["mask"] & cc.CUDNN_SEV_ERROR_EN)
+    assert (WARN in text) is bool(r["mask"] & cc.CUDNN_SEV_WARNING_EN)
+    assert r["message"].startswith("CUDNN_STATUS_BAD_PARAM: cudnnSetTensor4dDescriptor")
+
+
+def test_no_variables_no_output(tmp_path):
+    r, out, err = _caught(tmp_path)
+    assert (out, err, r["mask"]) == ("", "", 0)
+
+
+def test_the_application_handlers_still_see_what_they_saw(tmp_path):
+    """An application that configured logging keeps its records at its own level (WARNING and up),
+    beside the destination, which gets the INFO records too."""
+    log = tmp_path / "cudnn.log"
+    r, out, err = _caught(tmp_path, "app", CUDNN_LOGLEVEL_DBG="3", CUDNN_LOGDEST_DBG=str(log))
+    assert err == ""
+    assert out.splitlines() == [f"APP ERROR cudnn_compat.api: {FAILED}{r['message']}",
+                                f"APP WARNING cudnn_compat: {WARN}"]
+    assert "called: CUDNN_STATUS_BAD_PARAM" in log.read_text() and FAILED in log.read_text()
+
+
+def test_percent_i_in_the_destination_is_the_process_id(tmp_path):
+    code = CAUGHT.replace('print("RESULT "', 'import os; print("PID", os.getpid()); print("RESULT "')
+    env = {k: v for k, v in os.environ.items() if k not in VARS and not k.startswith("CUDNN_COMPAT_")}
+    env.update(CUDNN_LOGERR_DBG="1", CUDNN_LOGDEST_DBG=str(tmp_path / "cudnn_%i.log"))
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    pid = next(line.split()[1] for line in p.stdout.splitlines() if line.startswith("PID "))
+    assert [f.name for f in tmp_path.iterdir()] == [f"cudnn_{pid}.log"]
+    assert FAILED in (tmp_path / f"cudnn_{pid}.log").read_text()
+
+
+ERR, WARN_EN, INFO_EN = cc.CUDNN_SEV_ERROR_EN, cc.CUDNN_SEV_WARNING_EN, cc.CUDNN_SEV_INFO_EN
+
+
+@pytest.mark.parametrize("level, legacy, mask", [
+    ("0", {}, 0), ("1", {}, ERR), ("2", {}, ERR | WARN_EN), ("3", {}, ERR | WARN_EN | INFO_EN),
+    ("-4", {}, 0), ("9", {}, ERR | WARN_EN | INFO_EN),                       # clipped to 0..3, as cuDNN 9 does
+    ("0", {"CUDNN_LOGINFO_DBG": "1"}, 0),                                     # set, it replaces cuDNN 8's variables
+    ("1", {"CUDNN_LOGINFO_DBG": "1", "CUDNN_LOGWARN_DBG": "1"}, ERR),
+    (None, {"CUDNN_LOGINFO_DBG": "1", "CUDNN_LOGWARN_DBG": "1"}, WARN_EN | INFO_EN),  # unset: cuDNN 8's
+])
+def test_each_log_level(tmp_path, level, legacy, mask):
+    log = tmp_path / "cudnn.log"
+    env = dict(legacy, CUDNN_LOGDEST_DBG=str(log), **({} if level is None else {"CUDNN_LOGLEVEL_DBG": level}))
+    r, out, err = _caught(tmp_path, **env)
+    assert r["mask"] == mask and err == ""
+    text = log.read_text() if log.exists() else ""
+    assert bool(_lines(text, "ERROR")) is bool(mask & ERR)
+    assert bool(_lines(text, "WARNING")) is bool(mask & WARN_EN)
+    assert bool(_lines(text, "INFO")) is bool(mask & INFO_EN)
+
+
+def test_a_log_level_not_understood_warns_and_the_legacy_variables_decide(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in VARS and not k.startswith("CUDNN_COMPAT_")}
+    env.update(CUDNN_LOGLEVEL_DBG="high", CUDNN_LOGERR_DBG="1", CUDNN_LOGDEST_DBG="stdout")
+    p = subprocess.run([sys.executable, "-c", CAUGHT], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert "CUDNN_LOGLEVEL_DBG='high' is not understood" in p.stderr
+    assert FAILED in p.stdout and '"mask": 2' in p.stdout
+
+
+def test_log_level_parser():
+    parse = config.TABLE["CUDNN_LOGLEVEL_DBG"].parse
+    assert [parse(v) for v in ("0", "1", "2", "3", "-1", "42")] == [0, 1, 2, 3, 0, 3]
+    with pytest.raises(ValueError, match="integer"):
+        parse("info")

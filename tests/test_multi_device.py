@@ -707,3 +707,37 @@ def test_example_two_processes_under_torchrun_equal_single(tmp_path):
     p = _script(["--place", "gpu", "--single", "--shards", "2", "--save", "single.npz"], tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     _same_run(tmp_path / "ddp.npz", tmp_path / "single.npz")
+
+
+class _FakeDriver:
+    """CuPy's driver module (cupy.cuda.driver) as stream_device uses it: two contexts, devices 0 and 1."""
+
+    def __init__(self):
+        self.current, self.calls = 100, []
+
+    def streamGetCtx(self, ptr):
+        self.calls.append(("streamGetCtx", ptr))
+        if ptr == 666:
+            raise RuntimeError("CUDA_ERROR_INVALID_HANDLE")
+        return 101 if ptr >= 5000 else 100
+
+    def ctxGetCurrent(self):
+        return self.current
+
+    def ctxSetCurrent(self, ctx):
+        self.calls.append(("ctxSetCurrent", ctx))
+        self.current = ctx
+
+    def ctxGetDevice(self):
+        return self.current - 100
+
+
+def test_stream_device_asks_cupys_driver_and_restores_the_context():
+    """issue 23 item 10: the driver through CuPy's bindings, not ctypes.CDLL('libcuda.so.1')."""
+    drv = _FakeDriver()
+    assert handle_mod.stream_device(5001, driver=drv) == 1 and drv.current == 100
+    assert drv.calls == [("streamGetCtx", 5001), ("ctxSetCurrent", 101), ("ctxSetCurrent", 100)]
+    assert handle_mod.stream_device(42, driver=drv) == 0 and drv.current == 100
+    assert handle_mod.stream_device(666, driver=drv) is None  # a driver error: not known, accepted as before
+    import inspect
+    assert "CDLL" not in inspect.getsource(handle_mod)

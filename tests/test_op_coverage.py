@@ -67,6 +67,20 @@ def test_reference_engine_runs_every_kind():
     assert all(v is None for v in heuristics.engine_op_kinds("reference").values())
 
 
+def test_doctor_ops_names_the_kinds_only_this_machine_lacks(monkeypatch):
+    from cudnn_compat._backend import heuristics
+    monkeypatch.setattr(heuristics, "format_op_coverage", lambda rows: [])
+    rows = [{"engine": "cudnn", "places": ["gpu"], "usable": None}, {"engine": "cupy", "places": ["gpu"], "usable": "no"},
+            {"engine": "reference", "places": ["cpu", "gpu"], "usable": None}]
+    text = cli.format_ops({"engines": rows, "without_gpu_engine": ["Rng"], "without_gpu_engine_here": ["Rng", "Softmax"]})
+    assert text.splitlines()[1:] == [
+        "op kinds without a GPU engine (CPU fallback with a CpuFallbackWarning, or NOT_SUPPORTED under "
+        "CUDNN_COMPAT_CPU_FALLBACK=0; docs/not_supported.md): Rng",
+        "also without a usable GPU engine on this machine: Softmax"]
+    text = cli.format_ops({"engines": rows, "without_gpu_engine": [], "without_gpu_engine_here": []})
+    assert text.splitlines()[1].endswith(": none") and len(text.splitlines()) == 2
+
+
 def test_every_gap_is_documented_with_its_reason():
     found, doc = gaps(), documented()
     table = "\n".join(f"{k}: " + "; ".join(f"{e}: {r}" for e, r in why.items()) for k, why in found.items())
@@ -78,6 +92,11 @@ def test_every_gap_is_documented_with_its_reason():
     for k, (reason, what) in doc.items():
         assert len(reason) > 20, (k, reason)
         assert "CpuFallbackWarning" in what and "NOT_SUPPORTED" in what and "CUDNN_COMPAT_CPU_FALLBACK=0" in what, k
+    text = (ROOT / "docs" / "not_supported.md").read_text()
+    section = text[text.index("## Op kinds without a GPU engine"):]
+    section = section[:section.find("\n## ", 1)]
+    assert ("| op kind |" in section) == bool(found)  # no table header without rows (issue 23 item 7)
+    assert ("no table" in section) == (not found)
 
 
 def _graph(kind):
@@ -118,6 +137,17 @@ def test_doctor_ops_lists_kinds_per_engine(capsys):
                 assert f"declines {k}: {table[k][name]}" in section, (name, k)
     gap_line = next(ln for ln in section.splitlines() if ln.startswith("op kinds without a GPU engine"))
     assert gap_line.rsplit(": ", 1)[1].split(", ") == sorted(gaps()) or (not gaps() and gap_line.endswith("none"))
+    # issue 23 item 7: the machine's own gaps are said once, clearly, after the general line
+    after = section[section.index(gap_line) + len(gap_line):].strip().splitlines()
+    report = cli.op_report()
+    unusable = [e for e in report["engines"] if e["engine"] in GPU_ENGINES and e["usable"]]
+    if len(unusable) == len(GPU_ENGINES):
+        assert len(after) == 1 and after[0].startswith("on this machine no GPU engine is usable (")
+        assert after[0].endswith("): every op kind runs on the CPU reference engine")
+        assert all(f"{e['engine']}: {e['usable']}" in after[0] for e in unusable)
+    else:
+        extra = [k for k in report["without_gpu_engine_here"] if k not in report["without_gpu_engine"]]
+        assert after == ([f"also without a usable GPU engine on this machine: {', '.join(extra)}"] if extra else [])
     assert cli.main(["doctor", "--ops", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)["ops"]
     assert report["kinds"] == KINDS and report["without_gpu_engine"] == sorted(gaps())

@@ -133,6 +133,19 @@ def test_the_installed_wheel_imports_away_from_the_checkout(wheel_file, tmp_path
     r = subprocess.run([sys.executable, "-m", "cudnn_compat", "--version"], capture_output=True, text=True,
                        timeout=120, cwd=tmp_path, env=env)
     assert (r.returncode, r.stdout.strip()) == (0, f"cudnn-compat {cc.__version__}"), r.stderr[-2000:]
+    # cudnn-compat bench (issue 23 item 4): the wheel has no benchmarks: one line and status 2 away
+    # from a checkout; the current directory's benchmarks/, --dir relative, the checkout pip
+    # installed from (PEP 610 direct_url.json) all find them
+    bench = [sys.executable, "-m", "cudnn_compat", "bench", "--list"]
+    r = subprocess.run(bench, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    for cwd, extra in ((ROOT, []), (ROOT, ["--dir", "benchmarks"]), (ROOT.parent, ["--dir", f"{ROOT.name}/benchmarks"])):
+        r = subprocess.run(bench + extra, capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+        assert r.returncode == 0 and f"benchmarks under {ROOT / 'benchmarks'}:" in r.stdout, (extra, r.stderr)
+    dist_info = next(site.glob("cudnn_compat-*.dist-info"))
+    (dist_info / "direct_url.json").write_text(json.dumps({"url": ROOT.as_uri(), "dir_info": {}}))
+    r = subprocess.run(bench, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert r.returncode == 0 and f"benchmarks under {ROOT / 'benchmarks'}:" in r.stdout, r.stderr
 
 
 # -- one version ------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 import warnings
 
 import pytest
@@ -170,25 +171,65 @@ def test_unset_means_nothing_persists(engine, monkeypatch, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_concurrent_writers_keep_every_entry(tmp_path):
+@pytest.mark.parametrize("without_filelock", [(), (0, 1, 2, 3), (1, 3)], ids=["filelock", "flock", "mixed"])
+def test_concurrent_writers_keep_every_entry(tmp_path, without_filelock):
+    """Four processes writing at once: with filelock (issue 23 item 10), with POSIX flock alone
+    (filelock not installed), and both at once (the two take the same lock)."""
+    pytest.importorskip("filelock")
     path = tmp_path / "plans.json"
     code = textwrap.dedent('''
         import sys
-        from cudnn_compat._backend.engines.base import EngineConfig
-        from cudnn_compat._backend.plan_cache import remember_config
         w = int(sys.argv[1])
+        if sys.argv[2] == "1":
+            sys.modules["filelock"] = None  # as if not installed
+        from cudnn_compat._backend.engines.base import EngineConfig
+        from cudnn_compat._backend import plan_cache
+        from cudnn_compat._backend.plan_cache import remember_config
+        assert (plan_cache.filelock is None) == (sys.argv[2] == "1")
         for i in range(25):
             assert remember_config("tuning", f"writer {w} entry {i}", EngineConfig("tuning", (), frozenset(), i))
     ''')
     env = dict(os.environ, PYTHONPATH=ROOT, **{FILE_ENV: str(path)})
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(w)], env=env, cwd=ROOT, stderr=subprocess.PIPE)
-             for w in range(4)]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(w), str(int(w in without_filelock))], env=env,
+                              cwd=ROOT, stderr=subprocess.PIPE) for w in range(4)]
     for p in procs:
         assert p.wait(timeout=60) == 0, p.stderr.read().decode()
     doc = json.loads(path.read_text())
     assert len(doc["entries"]["tuning"]) == 100
     assert sorted(os.listdir(tmp_path)) == ["plans.json", "plans.json.lock"]
     CONFIG_FILE.forget()
+
+
+def test_the_lock_is_filelocks_where_installed_else_flock(tmp_path, monkeypatch):
+    taken = []
+
+    class FakeLock:
+        def __init__(self, path):
+            self.path = path
+
+        def acquire(self):
+            taken.append(("acquire", self.path))
+
+        def release(self):
+            taken.append(("release", self.path))
+    monkeypatch.setattr(plan_cache, "filelock", types.SimpleNamespace(FileLock=FakeLock))
+    lock_path = str(tmp_path / "p.json.lock")
+    with plan_cache._FileLock(lock_path):
+        assert taken == [("acquire", lock_path)]
+    assert taken == [("acquire", lock_path), ("release", lock_path)]
+    monkeypatch.setattr(plan_cache, "filelock", None)
+    if plan_cache.fcntl is None:
+        pytest.skip("no POSIX flock here")
+    with plan_cache._FileLock(lock_path) as lk:
+        assert lk.fd is not None and lk.lock is None
+        import fcntl
+        other = os.open(lock_path, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):  # held: another open file cannot take it
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    assert lk.fd is None
 
 
 def test_plan_cache_module_documents_the_variable():

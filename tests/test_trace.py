@@ -282,3 +282,28 @@ def test_gpu_trace_replays_on_every_engine(tmp_path, rng):
         else:
             assert states == ["ok"] * 3, (engine, replay.format_replay(results, engine))
     cc.cudnnDestroy(h)
+
+
+def test_tensors_file_is_compressed_and_loads_with_numpy(tmp_path, handle):
+    """issue 23 item 7: the .npz is deflated as np.savez_compressed writes it (an uncompressed one
+    was 151 MB for one small ResNet-50 step); np.load reads it back exactly."""
+    import zipfile
+    path = tmp_path / "z.jsonl"
+    x = np.zeros((4, 64, 16, 16), np.float32)  # compressible: mostly zeros
+    x[0, 0, 0, :5] = [1, 2, 3, 4, 5]
+    d = tdesc(x.shape)
+    with cc.trace(str(path), tensors=True):
+        cc.cudnnScaleTensor(handle, d, x, 2.0)
+    with zipfile.ZipFile(tmp_path / "z.npz") as z:
+        infos = z.infolist()
+        assert infos and all(i.compress_type == zipfile.ZIP_DEFLATED for i in infos)
+        big = max(infos, key=lambda i: i.file_size)
+        assert big.file_size >= x.nbytes and big.compress_size < big.file_size / 20
+    with np.load(tmp_path / "z.npz") as npz:
+        seq = lines(path)[-1]["seq"]
+        before = npz[f"c{seq}.arg.data"] if f"c{seq}.arg.data" in npz else next(
+            npz[k] for k in npz.files if k.startswith(f"c{seq}.arg."))
+        expect = np.zeros_like(x)
+        expect[0, 0, 0, :5] = [1, 2, 3, 4, 5]
+        np.testing.assert_array_equal(before, expect)  # as it was before the call
+    np.testing.assert_array_equal(x[0, 0, 0, :5], [2, 4, 6, 8, 10])

@@ -12,9 +12,19 @@ CUDNN_LOGINFO_DBG=1  API logging: every legacy call, at INFO, as ``function cudn
 CUDNN_LOGWARN_DBG=1  the library's warnings (an engine falling back, a fused graph run call
                      by call, a plan-cache file ignored)
 CUDNN_LOGERR_DBG=1   errors: each failed legacy call's CuDNNError message, at ERROR
-CUDNN_LOGDEST_DBG    ``stdout``, ``stderr`` or a file name (appended to); unset or empty:
-                     nothing is logged and nothing costs anything, as in cuDNN
+CUDNN_LOGDEST_DBG    ``stdout``, ``stderr`` or a file name (appended to; ``%i`` in it is the
+                     process id, as in cuDNN); unset or empty: nothing is logged and nothing
+                     costs anything, as in cuDNN
 ==================== ====================================================================
+
+cuDNN 9 (its "Error Reporting and API Logging"): ``CUDNN_LOGLEVEL_DBG`` = 0 (off), 1 (errors),
+2 (warnings and errors), 3 (also every API call, INFO); other integers are clipped to 0..3.
+When it is set, it alone decides the levels (cuDNN 8's three variables are ignored); unset, the
+three variables do, as in cuDNN 9's grace period for them.
+
+The records go only where they are asked for: the destination, and the handlers the application
+attached to ``cudnn_compat`` or its ancestors.  The library's logger carries a ``NullHandler``,
+so no record of the library ever reaches ``logging``'s last-resort printer on stderr.
 
 At import, when a level is enabled and CUDNN_LOGDEST_DBG is set, the library calls
 ``cudnnSetCallback(mask, NULL, NULL)`` with those levels' cudnnSeverity_t bits: the built-in
@@ -33,6 +43,7 @@ before the function starts: the hook runs after that conversion.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from cudnn_compat._backend import config as _config
@@ -40,14 +51,17 @@ from cudnn_compat._backend.ir import GraphError
 from . import registry as _registry
 from ..errors import CuDNNError, getErrorString
 
+LIBRARY_LOGGER = "cudnn_compat"
 API_LOGGER = "cudnn_compat.api"
 _log = logging.getLogger(API_LOGGER)
-# a failed call's ERROR record reaches the handlers of cudnn_compat and the application's, never
+# every record of the library reaches the handlers of cudnn_compat and the application's, never
 # logging's last-resort stderr printer (a library must not print on its own)
-_log.addHandler(logging.NullHandler())
+logging.getLogger(LIBRARY_LOGGER).addHandler(logging.NullHandler())
 
 # variable -> cudnnSeverity_t bit (002 §3.1.2 cudnnSeverity_t: FATAL 0, ERROR 1, WARNING 2, INFO 3)
 LEVEL_VARIABLES = (("CUDNN_LOGINFO_DBG", 3), ("CUDNN_LOGWARN_DBG", 2), ("CUDNN_LOGERR_DBG", 1))
+LEVEL_VARIABLE = "CUDNN_LOGLEVEL_DBG"  # cuDNN 9: nested levels
+LEVEL_MASKS = {0: 0, 1: 1 << 1, 2: (1 << 1) | (1 << 2), 3: (1 << 1) | (1 << 2) | (1 << 3)}
 DEST_VARIABLE = "CUDNN_LOGDEST_DBG"
 _PER_CALL_BITS = (1 << 3) | (1 << 1)  # INFO (API calls) and ERROR (failed calls) need the hook
 
@@ -57,7 +71,11 @@ _lock = threading.Lock()
 
 
 def environment_mask() -> int:
-    """The cudnnSeverity_t mask the CUDNN_LOG*_DBG variables enable (0 when none is set to 1)."""
+    """The cudnnSeverity_t mask the variables enable: CUDNN_LOGLEVEL_DBG's when it is set, else
+    cuDNN 8's CUDNN_LOG{INFO,WARN,ERR}_DBG (0 when none is set to 1)."""
+    level = _config.get(LEVEL_VARIABLE)
+    if level is not None:
+        return LEVEL_MASKS[level]
     mask = 0
     for name, bit in LEVEL_VARIABLES:
         if _config.get(name):
@@ -65,11 +83,20 @@ def environment_mask() -> int:
     return mask
 
 
+def destination() -> "str | None":
+    """CUDNN_LOGDEST_DBG as the built-in callback uses it: ``stdout``, ``stderr`` or a file name
+    with each ``%i`` replaced by the process id (None: unset or empty, nothing is written)."""
+    dest = (_config.get(DEST_VARIABLE) or "").strip()
+    if not dest:
+        return None
+    return dest if dest in ("stdout", "stderr") else dest.replace("%i", str(os.getpid()))
+
+
 def configure_from_environment() -> int:
     """At import: the variables' levels on the built-in callback when CUDNN_LOGDEST_DBG is set;
     returns the mask installed (0: nothing to do)."""
     mask = environment_mask()
-    if not mask or not (_config.get(DEST_VARIABLE) or "").strip():
+    if not mask or destination() is None:
         return 0
     from ..misc import setCallback
     setCallback(mask, None, None)
@@ -158,5 +185,5 @@ def _hook(proceed, c_name: str, args, kwargs):
     return result
 
 
-__all__ = ["API_LOGGER", "LEVEL_VARIABLES", "configure_from_environment", "environment_mask", "log_api_calls",
+__all__ = ["API_LOGGER", "LIBRARY_LOGGER", "LEVEL_VARIABLES", "LEVEL_VARIABLE", "destination", "configure_from_environment", "environment_mask", "log_api_calls",
            "follow_mask", "api_logging"]

@@ -131,14 +131,23 @@ def _make_stub(name: str):
     return mod
 
 
-def _cupy_importable() -> bool:
+class CupyShimWarning(RuntimeWarning):
+    """install_cupy_shim() registered nothing because CuPy cannot be imported (and no stand-in was asked for)."""
+
+
+def _cupy_import_error() -> "str | None":
+    """Why ``import cupy`` fails ("ModuleNotFoundError: ..."), None when it works."""
     if isinstance(sys.modules.get("cupy"), _Stub):
-        return False
+        return "cupy is the shim's stand-in namespace"
     try:
         importlib.import_module("cupy")
-    except ImportError:
-        return False
-    return True
+    except ImportError as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _cupy_importable() -> bool:
+    return _cupy_import_error() is None
 
 
 # -- cupyx.get_runtime_info(): CuPy 13's cuDNN rows -----------------------------------------------------
@@ -257,9 +266,14 @@ def install_cupy_shim(allow_stub: bool = False, force: bool = False) -> list:
     CuPy has them all).  ``allow_stub``: without CuPy, create the stand-in ``cupy`` namespace
     (otherwise nothing is registered).  ``force``: replace CuPy's own modules too."""
     record = {"modules": {}, "attrs": []}
-    have_cupy = _cupy_importable()
+    why = _cupy_import_error()
+    have_cupy = why is None
     if not have_cupy and not isinstance(sys.modules.get("cupy"), _Stub):
         if not allow_stub:
+            warnings.warn(f"install_cupy_shim(): CuPy cannot be imported ({why}), so no module was registered; "
+                          "install CuPy (pip install 'cudnn-compat[cuda12]' or '[cuda13]'), or pass allow_stub=True "
+                          "(CUDNN_COMPAT_SHIM=stub) for the CuPy 13 modules on a stand-in cupy namespace (CPU place)",
+                          CupyShimWarning, stacklevel=2)
             return []
         for pkg in STUB_PACKAGES:
             if pkg not in sys.modules:

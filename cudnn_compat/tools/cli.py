@@ -75,16 +75,45 @@ def _distributions() -> dict:
     return out
 
 
-def _driver_cuda_major() -> "int | None":
-    """The CUDA major version the installed driver supports (libcuda's cuDriverGetVersion), or None."""
+def _driver_version_ctypes() -> "int | None":
+    """cuDriverGetVersion of libcuda itself: only when neither CuPy nor cuda-bindings is installed,
+    the fresh machine the doctor must advise on (which CUDA extra to install) before either is."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
         v = ctypes.c_int(0)
-        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
-            return v.value // 1000
+        return v.value if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 else None
     except (OSError, AttributeError):
+        return None
+
+
+def _driver_version() -> "int | None":
+    """The CUDA version the installed driver supports (e.g. 13000): CuPy's
+    ``cupy.cuda.runtime.driverGetVersion``, else cuda-bindings' ``cuDriverGetVersion``, else
+    libcuda directly (no CUDA Python package installed yet); None when there is no driver."""
+    try:
+        import cupy
+        return int(cupy.cuda.runtime.driverGetVersion())
+    except ImportError:
         pass
-    return None
+    except Exception:  # noqa: BLE001 - CuPy present, no driver
+        return None
+    try:
+        try:
+            from cuda.bindings import driver
+        except ImportError:
+            from cuda import cuda as driver  # cuda-python < 12.6
+        err, version = driver.cuDriverGetVersion()
+        return int(version) if int(err) == 0 else None
+    except ImportError:
+        return _driver_version_ctypes()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _driver_cuda_major() -> "int | None":
+    """The CUDA major version the installed driver supports, or None."""
+    v = _driver_version()
+    return v // 1000 if v and v > 0 else None
 
 
 def cuda_major(dists: "dict | None" = None, driver=_driver_cuda_major) -> tuple:
@@ -230,8 +259,13 @@ def format_ops(r: dict) -> str:
     lines += heuristics.format_op_coverage(r["engines"])
     lines.append("op kinds without a GPU engine (CPU fallback with a CpuFallbackWarning, or NOT_SUPPORTED under "
                  "CUDNN_COMPAT_CPU_FALLBACK=0; docs/not_supported.md): " + (", ".join(r["without_gpu_engine"]) or "none"))
-    if r["without_gpu_engine_here"] != r["without_gpu_engine"]:
-        lines.append("op kinds no GPU engine runs on this machine: " + (", ".join(r["without_gpu_engine_here"]) or "none"))
+    here = [k for k in r["without_gpu_engine_here"] if k not in r["without_gpu_engine"]]
+    gpu = [e for e in r["engines"] if "gpu" in e["places"] and e["engine"] != "reference"]
+    if gpu and all(e["usable"] for e in gpu):  # no GPU engine usable: say it once, with why
+        lines.append("on this machine no GPU engine is usable (" + "; ".join(f"{e['engine']}: {e['usable']}" for e in gpu)
+                     + "): every op kind runs on the CPU reference engine")
+    elif here:
+        lines.append("also without a usable GPU engine on this machine: " + ", ".join(here))
     return "\n".join(lines)
 
 
@@ -426,14 +460,45 @@ BENCHMARKS = (
 BENCH_BY_NAME = {b.name: b for b in BENCHMARKS}
 
 
-def bench_dir(explicit: "str | None" = None) -> "str | None":
-    """The benchmarks/ folder: ``explicit`` (``--dir``), else the one beside the package in a
-    source checkout (repository/cudnn_compat and repository/benchmarks); None when there is none
-    (an installed wheel has no benchmarks: they are not part of the package)."""
-    root = explicit or os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
-    ok = os.path.isfile(os.path.join(root, "_common.py")) and any(
+def _is_bench_dir(root: str) -> bool:
+    return os.path.isfile(os.path.join(root, "_common.py")) and any(
         os.path.isfile(os.path.join(root, b.script)) for b in BENCHMARKS)
-    return root if ok else None
+
+
+def _installed_from() -> "str | None":
+    """The source folder ``pip install PATH`` installed the package from (PEP 610's
+    direct_url.json of the distribution: a ``file://`` URL), or None."""
+    try:
+        from importlib import metadata
+        from urllib.parse import unquote, urlparse
+        info = json.loads(metadata.distribution("cudnn-compat").read_text("direct_url.json") or "{}")
+        url = urlparse(info.get("url", ""))
+        return unquote(url.path) if url.scheme == "file" and "dir_info" in info else None
+    except Exception:  # noqa: BLE001 - not installed, no record, an unreadable record: not known
+        return None
+
+
+def bench_places() -> list:
+    """Where ``cudnn-compat bench`` looks for benchmarks/ when --dir is not given, in order: beside
+    the package (a source checkout, or an editable install), the current directory's benchmarks/,
+    the checkout ``pip install .`` installed the package from."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    places = [os.path.join(here, "benchmarks"), os.path.join(os.getcwd(), "benchmarks")]
+    source = _installed_from()
+    if source:
+        places.append(os.path.join(source, "benchmarks"))
+    return list(dict.fromkeys(places))
+
+
+def bench_dir(explicit: "str | None" = None) -> "str | None":
+    """The benchmarks/ folder as an absolute path: ``explicit`` (``--dir``, relative to the current
+    directory), else the first of ``bench_places()`` that holds the scripts; None when there is
+    none (a wheel has no benchmarks: they are not part of the package)."""
+    for root in [explicit] if explicit else bench_places():
+        root = os.path.abspath(os.path.expanduser(root))
+        if _is_bench_dir(root):
+            return root
+    return None
 
 
 def _bench_lookup(name: str) -> "Benchmark | None":
@@ -452,20 +517,19 @@ def bench(args) -> int:
     import subprocess
     from .._core.place import gpu_reason
     root = bench_dir(args.dir)
+    if root is None:
+        where = f"--dir {args.dir} holds no benchmark scripts" if args.dir else \
+            f"no benchmarks/ folder in {', '.join(bench_places())}"
+        print(f"cudnn-compat bench: {where}; the benchmark scripts are not installed with the package: run this "
+              "in a source checkout of cudnn-compat or pass --dir PATH/TO/benchmarks", file=sys.stderr)
+        return 2
     if args.list:
-        where = root or "not found"
-        print(f"benchmarks under {where}:")
+        print(f"benchmarks under {root}:")
         for b in BENCHMARKS:
-            found = root is not None and os.path.isfile(os.path.join(root, b.script))
+            found = os.path.isfile(os.path.join(root, b.script))
             need = "GPU" if b.cpu is None else "GPU or CPU"
             print(f"  {b.name:<14} {b.script:<22} {need:<11} {'' if found else '(missing) '}{b.what}")
-        return 0 if root else 2
-    if root is None:
-        where = args.dir or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        print(f"cudnn-compat bench: no benchmarks/ folder {'at ' + args.dir if args.dir else 'beside ' + where}: "
-              "the benchmark scripts are not installed with the package; run this from a source checkout of "
-              "cudnn-compat (pip install -e .) or pass --dir PATH/TO/benchmarks", file=sys.stderr)
-        return 2
+        return 0
     chosen = []
     for name in args.names or [b.name for b in BENCHMARKS]:
         b = _bench_lookup(name)
@@ -499,8 +563,21 @@ def bench(args) -> int:
     return 1 if failed else 0
 
 
+class UsageError(Exception):
+    """A command line argparse refused: one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors raised (main prints them as one line), for every sub-command."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message} ({self.prog} -h)")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cudnn-compat", description="cuDNN's legacy API on a graph layer: tools")
+    p = _Parser(prog="cudnn-compat", description="cuDNN's legacy API on a graph layer: tools")
+    p.add_argument("--traceback", action="store_true", help="show the Python traceback of an error "
+                                                           "(default: one line)")
     from .. import __version__  # the one version (pyproject reads it from cudnn_compat/__init__.py)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="command")
@@ -570,10 +647,16 @@ def _quiet_stdout() -> None:
 
 
 def main(argv=None) -> int:
+    """The command; every error is one line on stderr and a non-zero status: 2 for a command line
+    or input that cannot be used, 1 for an unexpected failure (``--traceback`` shows it whole)."""
     p = parser()
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     if not getattr(args, "fn", None):
-        p.print_help(sys.stderr)
+        print(f"cudnn-compat: a command is required: {', '.join(_commands(p))} (cudnn-compat -h)", file=sys.stderr)
         return 2
     try:
         code = args.fn(args)
@@ -582,6 +665,21 @@ def main(argv=None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print(f"cudnn-compat {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the command's own failure: one line, not a traceback
+        if args.traceback:
+            raise
+        usable = isinstance(e, (OSError, ValueError, LookupError, CuDNNError))
+        print(f"cudnn-compat {args.command}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+              f"{'' if usable else ' (--traceback shows where)'}", file=sys.stderr)
+        return 2 if usable else 1
+
+
+def _commands(p: argparse.ArgumentParser) -> list:
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    return list(sub.choices)
 
 
 if __name__ == "__main__":  # pragma: no cover

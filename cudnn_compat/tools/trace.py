@@ -19,7 +19,7 @@ The first line is a header; then one line per (outermost) legacy call:
     deferred                   true when a ``fuse()`` scope deferred the call (no runs)
 
 With tensors (``CUDNN_COMPAT_TRACE_TENSORS=1`` or ``tensors=True``) a side ``.npz`` next to the
-trace holds every array an executed call touched, as it was before the call
+trace (compressed, as np.savez_compressed writes it) holds every array an executed call touched, as it was before the call
 (``c<seq>.arg.<param>``: replay's inputs), and each run's outputs (``c<seq>.r<k>.<role>``:
 what replay compares with), so ``cudnn-compat replay`` re-runs the trace exactly.
 
@@ -212,7 +212,8 @@ class Recorder:
         if self.npz_path == self.path:
             self.npz_path = self.path + ".npz"
         self._file = open(self.path, "w", encoding="utf-8")
-        self._zip = zipfile.ZipFile(self.npz_path, "w", allowZip64=True) if self.tensors else None
+        # compressed as np.savez_compressed writes it (deflate): tensors of a training step compress well
+        self._zip = zipfile.ZipFile(self.npz_path, "w", zipfile.ZIP_DEFLATED, allowZip64=True) if self.tensors else None
         self._lock = threading.RLock()
         self._tl = threading.local()
         self._seq = 0

@@ -1,10 +1,21 @@
-"""cuBLAS through ctypes: one handle per device (``Cublas``) and the strided-batched GEMM it runs
-(``Gemm``), shared by the RNN programs (rnn.py, program.py) and the engine's matmuls (gemm.py)."""
+"""cuBLAS through CuPy's bindings (``cupy_backends.cuda.libs.cublas``, imported as
+``cupy.cuda.cublas``): one handle per device (``Cublas``) and the strided-batched GEMM it runs
+(``Gemm``), shared by the RNN programs (rnn.py, program.py) and the engine's matmuls (gemm.py).
+
+The handle is the engine's own (``cublas.create()``), not CuPy's shared one
+(``cupy.cuda.device.get_cublas_handle()``): the engine sets its stream and a workspace of its own
+(``setWorkspace``: CUDA-graph capture of the GEMMs), which must not change what CuPy's own calls on
+that handle see.  CuPy's GEMM wrappers set the handle's stream to CuPy's current stream before each
+call once any stream has been made current, so ``Cublas.on_stream`` makes the engine's stream
+CuPy's current one for the calls it runs.
+"""
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import threading
 from dataclasses import dataclass
+
+import numpy as np
 
 from . import runtime
 
@@ -34,25 +45,34 @@ class Gemm:
     compute: str
 
 
-CUDA_R = {"float32": 0, "float64": 1, "float16": 2}
+CUDA_R = {"float32": 0, "float64": 1, "float16": 2}  # cudaDataType_t
 COMPUTE = {"float32": 68, "float64": 70, "tf32": 77}  # CUBLAS_COMPUTE_32F, _64F, _32F_FAST_TF32
 CUBLAS_GEMM_DEFAULT = -1
+CUBLAS_DEFAULT_MATH = 0  # the precision is the compute type's alone (no TF32 unless COMPUTE says so)
 WORKSPACE_BYTES = 32 << 20
+FUNCTIONS = ("create", "setStream", "setMathMode", "gemmStridedBatchedEx")  # what the engine needs of CuPy
+
+
+def bindings():
+    """CuPy's cuBLAS module; RuntimeError naming what is missing when this CuPy lacks a function
+    the engine calls (``setWorkspace`` is optional: without it cuBLAS uses its own pool)."""
+    from cupy_backends.cuda.libs import cublas
+    missing = [f for f in FUNCTIONS if not hasattr(cublas, f)]
+    if missing:
+        raise RuntimeError(f"CuPy's cuBLAS bindings lack {', '.join(missing)} (CuPy >= 13 has them)")
+    return cublas
 
 
 class Cublas:
-    """One cuBLAS handle per device through ctypes (the C API, independent of CuPy's bindings),
-    with its own workspace so GEMMs can be captured into CUDA graphs."""
+    """One cuBLAS handle per device, made and driven through CuPy's bindings, with its own
+    workspace so GEMMs can be captured into CUDA graphs."""
 
     _lock = threading.Lock()
     _by_device: dict = {}
-    _lib = None
 
     @classmethod
     def lib(cls):
-        if cls._lib is None:
-            cls._lib = _load_cublas()
-        return cls._lib
+        return bindings()
 
     @classmethod
     def get(cls) -> "Cublas":
@@ -67,60 +87,36 @@ class Cublas:
     def __init__(self, lib):
         cp = runtime.cupy()
         self.lib = lib
-        handle = ctypes.c_void_p()
-        _check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-        self.handle = handle
+        self.handle = lib.create()
+        lib.setMathMode(self.handle, CUBLAS_DEFAULT_MATH)
         self.workspace = cp.empty(WORKSPACE_BYTES, dtype=cp.uint8)
-        _check(lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(int(self.workspace.data.ptr)),
-                                         ctypes.c_size_t(WORKSPACE_BYTES)), "cublasSetWorkspace")
-        self.scalars = {(dt, v): (ctypes.c_double if dt == "float64" else ctypes.c_float)(v)
-                        for dt in ("float32", "float64") for v in (0.0, 1.0)}
+        if hasattr(lib, "setWorkspace"):
+            lib.setWorkspace(self.handle, int(self.workspace.data.ptr), WORKSPACE_BYTES)
+        # alpha/beta by host pointer (CUBLAS_POINTER_MODE_HOST, the default): kept alive here
+        self.scalars = {(dt, v): np.full((), v, dtype=dt) for dt in ("float32", "float64") for v in (0.0, 1.0)}
+        self.stream_ptr = None
 
     def set_stream(self, stream_ptr: int) -> None:
-        _check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(stream_ptr)), "cublasSetStream")
+        self.lib.setStream(self.handle, int(stream_ptr))
+        self.stream_ptr = int(stream_ptr)
+
+    @contextlib.contextmanager
+    def on_stream(self, stream_ptr: int):
+        """The handle on ``stream_ptr`` for the calls inside, which also run with it as CuPy's
+        current stream (CuPy's wrappers would otherwise move the handle to theirs)."""
+        cp = runtime.cupy()
+        self.set_stream(stream_ptr)
+        if int(cp.cuda.get_current_stream().ptr) == int(stream_ptr):
+            yield self
+        else:
+            with cp.cuda.ExternalStream(int(stream_ptr)):
+                yield self
 
     def gemm(self, gm: Gemm, a: int, adt: str, b: int, bdt: str, c: int, cdt: str) -> None:
         sdt = "float64" if gm.compute == "float64" else "float32"
-        st = self.lib.cublasGemmStridedBatchedEx(
-            self.handle, int(gm.transa), int(gm.transb), gm.m, gm.n, gm.k, ctypes.byref(self.scalars[(sdt, 1.0)]),
-            ctypes.c_void_p(a), CUDA_R[adt], gm.lda, ctypes.c_longlong(gm.sa),
-            ctypes.c_void_p(b), CUDA_R[bdt], gm.ldb, ctypes.c_longlong(gm.sb),
-            ctypes.byref(self.scalars[(sdt, float(gm.beta))]),
-            ctypes.c_void_p(c), CUDA_R[cdt], gm.ldc, ctypes.c_longlong(gm.sc), gm.batch, COMPUTE[gm.compute],
+        alpha, beta = self.scalars[(sdt, 1.0)], self.scalars[(sdt, float(gm.beta))]
+        self.lib.gemmStridedBatchedEx(
+            self.handle, int(gm.transa), int(gm.transb), gm.m, gm.n, gm.k, alpha.ctypes.data,
+            int(a), CUDA_R[adt], gm.lda, gm.sa, int(b), CUDA_R[bdt], gm.ldb, gm.sb,
+            beta.ctypes.data, int(c), CUDA_R[cdt], gm.ldc, gm.sc, gm.batch, COMPUTE[gm.compute],
             CUBLAS_GEMM_DEFAULT)
-        _check(st, "cublasGemmStridedBatchedEx")
-
-
-def _check(status: int, what: str) -> None:
-    if status:
-        raise RuntimeError(f"{what} failed with cuBLAS status {status}")
-
-
-def _load_cublas():
-    names = []
-    try:
-        from cuda import pathfinder
-        loaded = pathfinder.load_nvidia_dynamic_lib("cublas")
-        if getattr(loaded, "abs_path", None):
-            names.append(loaded.abs_path)
-    except Exception:  # not installed / not found: try the loader
-        pass
-    names += ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
-    errors = []
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError as e:
-            errors.append(f"{name}: {e}")
-    else:
-        raise RuntimeError("libcublas not found (" + "; ".join(errors) + ")")
-    vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-    lib.cublasCreate_v2.argtypes = [ctypes.POINTER(vp)]
-    lib.cublasSetStream_v2.argtypes = [vp, vp]
-    lib.cublasSetWorkspace_v2.argtypes = [vp, vp, ctypes.c_size_t]
-    lib.cublasGemmStridedBatchedEx.argtypes = [vp, i, i, i, i, i, vp, vp, i, i, ll, vp, i, i, ll, vp, vp, i, i, ll,
-                                               i, i, i]
-    for fn in (lib.cublasCreate_v2, lib.cublasSetStream_v2, lib.cublasSetWorkspace_v2, lib.cublasGemmStridedBatchedEx):
-        fn.restype = i
-    return lib

@@ -106,8 +106,7 @@ class ProgramRun:
 
     def _execute(self, steps, blas, stream_ptr: int) -> None:
         from .gemm import _LOCK  # the cuBLAS handle is shared with the engine's matmuls
-        with _LOCK:
-            blas.set_stream(stream_ptr)
+        with _LOCK, blas.on_stream(stream_ptr):
             for s in steps:
                 if s[0] == "gemm":
                     blas.gemm(*s[1:])
