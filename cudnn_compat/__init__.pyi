@@ -11709,7 +11709,8 @@ def cudnnGetLRNDescriptor(normDesc: _LRNDescriptor | int) -> tuple[int, float, f
 
 def cudnnGetMultiHeadAttnBuffers(handle: _Handle | int, attnDesc: _AttnDescriptor | int) -> tuple[int, int, int]:
     """(weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes) (002 §7.2.15): the
-    reserve holds the window mask for the largest sequences the descriptor allows; pass a
+    reserve holds the window mask for the largest sequences the descriptor allows, and for HALF
+    data the fused path's projections, statistics and gradients (``fused_regions``); pass a
     reserve of 0 bytes / NULL for inference.
 
     CuPy 13 name: getMultiHeadAttnBuffers.
@@ -22572,7 +22573,8 @@ def getLRNDescriptor(normDesc: _LRNDescriptor | int) -> tuple[int, float, float,
 
 def getMultiHeadAttnBuffers(handle: _Handle | int, attnDesc: _AttnDescriptor | int) -> tuple[int, int, int]:
     """(weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes) (002 §7.2.15): the
-    reserve holds the window mask for the largest sequences the descriptor allows; pass a
+    reserve holds the window mask for the largest sequences the descriptor allows, and for HALF
+    data the fused path's projections, statistics and gradients (``fused_regions``); pass a
     reserve of 0 bytes / NULL for inference.
 
     CuPy 13 name: getMultiHeadAttnBuffers.

@@ -5721,7 +5721,8 @@ DOCS = {
     ),
     'cudnnGetMultiHeadAttnBuffers': (
         '(weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes) (002 §7.2.15): the\n'
-        'reserve holds the window mask for the largest sequences the descriptor allows; pass a\n'
+        'reserve holds the window mask for the largest sequences the descriptor allows, and for HALF\n'
+        "data the fused path's projections, statistics and gradients (``fused_regions``); pass a\n"
         'reserve of 0 bytes / NULL for inference.\n'
         '\n'
         'CuPy 13 name: getMultiHeadAttnBuffers.\n'
