@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cudnn_compat as cc
-from _tolerance import assert_close, gemm_class
+from _tolerance import RTOL, assert_close, gemm_class
 from test_attention import KINDS, Setup
 from test_attention_gpu import CONFIGS
 
@@ -95,8 +95,18 @@ def _our_layout(s, kind, buf):
     return (addr - buf.ctypes.data) // 4, tuple(dims), tuple(strides)
 
 
-@pytest.mark.parametrize("name", ["all_projections_biases", "projections_no_biases", "qk_projections_only",
-                                  "beam_one_to_one_padded", "beam_all_to_one_padded", "windows"])
+def _refused_by_libcudnn9(name, why):
+    """A configuration libcudnn 9's own descriptors refuse (seen on the H100/H200: cuDNN 9.19), so it has no
+    oracle there; only that refusal is excused: a numeric mismatch, had the library run it, still fails."""
+    from cudnn_compat._backend.legacy_cudnn import LegacyError
+    return pytest.param(name, marks=pytest.mark.xfail(raises=LegacyError, strict=False, reason=why))
+
+
+@pytest.mark.parametrize("name", [
+    "all_projections_biases", "projections_no_biases", "qk_projections_only",
+    _refused_by_libcudnn9("beam_one_to_one_padded", "cudnnSetAttnDescriptor: NOT_SUPPORTED (ONE_TO_ONE query map, beams)"),
+    _refused_by_libcudnn9("beam_all_to_one_padded", "cudnnSetSeqDataDescriptor: BAD_PARAM (a zero sequence length, beams)"),
+    "windows"])
 def test_attention_matches_libcudnn(legacy_cudnn, legacy_handle, name):
     import cupy
     cpu, gpu = cc.cudnnCreate("cpu"), cc.cudnnCreate("gpu")
@@ -150,11 +160,19 @@ def test_attention_matches_libcudnn(legacy_cudnn, legacy_handle, name):
         for n in g:
             assert_close(g[n].get(), rg[n].get(), cls, err_msg=f"{name} d{n} vs libcudnn")
         ours_dw, real_dw = dw.get(), rdw.get()
+        dw_scale = float(np.abs(real_dw).max())
         for wname, kind in KINDS.items():
             ours, theirs = _our_layout(s, kind, s.wbuf), real.layout(kind)
-            if ours is not None:
-                assert_close(_strided(ours_dw, *ours), _strided(real_dw, *theirs), cls,
-                             err_msg=f"{name} dw {wname} vs libcudnn")
+            if ours is None:
+                continue
+            a, b = _strided(ours_dw, *ours), _strided(real_dw, *theirs)
+            if wname == "bk":
+                # the key bias adds q.bk to every score of a row, which softmax ignores: its gradient is exactly
+                # zero, and both sides give rounding noise (~1e-7); hold both to zero on the scale of the gradients
+                tol = RTOL[cls] * dw_scale
+                assert np.abs(a).max() <= tol and np.abs(b).max() <= tol, (name, np.abs(a).max(), np.abs(b).max(), tol)
+                continue
+            assert_close(a, b, cls, err_msg=f"{name} dw {wname} vs libcudnn")
     finally:
         real.destroy()
         cc.cudnnDestroy(gpu)
