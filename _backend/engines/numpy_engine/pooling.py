@@ -113,16 +113,16 @@ def _raw_max(a, x, y):
     spatial = tuple(range(2, x.ndim))
     if _use_offsets(a, y.shape):
         fn = np.maximum if prop else np.fmax
+        # the max is order-free: seed y from taps that cover every output (no fill), then the rest
         taps = list(_offsets(a, x.shape, y.shape))
-        full = [xi for yi, xi in taps[:2] if y[yi].shape == y.shape]
-        if len(full) == 2:  # the first two taps cover every output: no fill
-            fn(x[full[0]], x[full[1]], out=y)
-            taps = taps[2:]
+        full = [i for i, (yi, _) in enumerate(taps) if y[yi].shape == y.shape][:2]
+        if len(full) == 2:
+            fn(x[taps[full[0]][1]], x[taps[full[1]][1]], out=y)
         elif full:
-            np.copyto(y, x[full[0]])
-            taps = taps[1:]
+            np.copyto(y, x[taps[full[0]][1]])
         else:
             y.fill(-np.inf if prop else np.nan)
+        taps = [t for i, t in enumerate(taps) if i not in full]
         for yi, xi in taps:
             fn(y[yi], x[xi], out=y[yi])
     else:
