@@ -82,9 +82,14 @@ def fresh_plans():
 
 
 class forced:
+    """CUDNN_COMPAT_ENGINE set to ``engine`` inside the block."""
+
+    def __init__(self, engine="cupy"):
+        self.engine = engine
+
     def __enter__(self):
         self.old = os.environ.get("CUDNN_COMPAT_ENGINE")
-        os.environ["CUDNN_COMPAT_ENGINE"] = "cupy"
+        os.environ["CUDNN_COMPAT_ENGINE"] = self.engine
 
     def __exit__(self, *exc):
         if self.old is None:
@@ -105,9 +110,17 @@ def compare(handles, call, args: dict, outs, tol=None, equal_nan=True):
         call(hg, dev)
     assert cc.last_engine() == "cupy"
     cupy.cuda.get_current_stream().synchronize()
+    assert_outputs_match(args, outs, ref, {name: cupy.asnumpy(dev[name]) for name in outs}, tol)
+    return ref, dev
+
+
+def assert_outputs_match(args: dict, outs, ref: dict, mems: dict, tol=None):
+    """Every tensor named in ``outs``: ``mems`` (host memory) against ``ref`` (the expectation) in
+    NaN/inf positions, norm-relative and elementwise error within ``tol`` (default TOL of its
+    dtype), and stride gaps left as they were."""
     for name in outs:
         t = args[name]
-        got_mem = cupy.asnumpy(dev[name])
+        got_mem = mems[name]
         want, got = t.logical(ref[name]), t.logical(got_mem)
         assert np.array_equal(np.isnan(want), np.isnan(got)), f"{name}: NaN positions differ"
         fin = np.isfinite(want)
@@ -125,7 +138,6 @@ def compare(handles, call, args: dict, outs, tol=None, equal_nan=True):
                          strides=tuple(s * 8 for s in t.strides))
         mask[idx.ravel()] = False
         assert np.array_equal(got_mem.view(sd)[mask].view(np.uint8), t.host[mask].view(np.uint8)), f"{name}: gap written"
-    return ref, dev
 
 
 ALPHA_BETA = [(1.0, 0.0), (0.5, -0.25)]
@@ -233,8 +245,7 @@ def test_reduce_tensor(handles, rng, op, cshape, dtype, layout):
     isize = cc.cudnnGetReductionIndicesSize(handles[0], rd, a.desc, c.desc)
 
     def call(h, d):
-        import cupy
-        ws = np.zeros(max(wsize, 1), np.uint8) if h.place == "cpu" else cupy.zeros(max(wsize, 1), np.uint8)
+        ws = _ws(h, wsize)[0]
         cc.cudnnReduceTensor(h, rd, d.get("i"), isize, ws, wsize, 1.5, a.desc, d["a"], 0.5, c.desc, d["c"])
 
     compare(handles, call, args, outs, tol=1e-5 if dtype == "float32" else 1e-12)
@@ -267,13 +278,16 @@ POOL = ["CUDNN_POOLING_MAX", "CUDNN_POOLING_MAX_DETERMINISTIC", "CUDNN_POOLING_A
         "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING"]
 
 
-@pytest.mark.parametrize("mode", POOL)
-@pytest.mark.parametrize("xshape, win, pad, stride, dtype, layout", [
+POOL_CASES = [  # xshape, win, pad, stride, dtype, layout (test_numpy_engine.py's pooling grid holds these too)
     ((2, 3, 7, 9), (3, 3), (1, 1), (2, 2), "float32", "NCHW"),
     ((2, 3, 7, 9), (3, 2), (0, 1), (1, 2), "float32", "NHWC"),
     ((2, 3, 8, 8), (2, 2), (0, 0), (2, 2), "float64", "strided"),
     ((2, 3, 7, 9), (3, 3), (1, 1), (2, 2), "float16", "NHWC"),
-    ((1, 2, 4, 5, 6), (2, 2, 3), (1, 0, 1), (2, 1, 2), "float32", "NCHW")])
+    ((1, 2, 4, 5, 6), (2, 2, 3), (1, 0, 1), (2, 1, 2), "float32", "NCHW")]
+
+
+@pytest.mark.parametrize("mode", POOL)
+@pytest.mark.parametrize("xshape, win, pad, stride, dtype, layout", POOL_CASES)
 @pytest.mark.parametrize("alpha, beta", ALPHA_BETA)
 def test_pooling(handles, rng, mode, xshape, win, pad, stride, dtype, layout, alpha, beta):
     pd = cc.cudnnCreatePoolingDescriptor()
@@ -452,8 +466,9 @@ def _conv_setup(rng, xs, ws, pad, stride, dil, groups, dtype, layout, mode):
 
 
 def _ws(h, n):
-    import cupy
-    return (np.zeros(max(n, 1), np.uint8) if h.place == "cpu" else cupy.zeros(max(n, 1), np.uint8)), n
+    """A workspace of n bytes (at least 1) on the handle's place, and n."""
+    xp = np if h.place == "cpu" else __import__("cupy")
+    return xp.zeros(max(n, 1), np.uint8), n
 
 
 @pytest.mark.parametrize("case", CONV_CASES)

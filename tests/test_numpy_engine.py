@@ -16,6 +16,7 @@ from cudnn_compat._backend.engines.base import VariantPack
 from cudnn_compat._backend.engines.reference.pointwise import BINARY, UNARY
 from cudnn_compat._backend.engines.reference.reduction import OPS as REDUCTION_MODES
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides, scalar, virtual
+from test_cupy_engine import POOL_CASES, layout_strides as _layout_strides  # NCHW, NHWC, strided (row gaps)
 
 # op kind -> (rtol, atol relative to max(1, max|ref|)) for float32 data; docs/conventions.md
 TOL32 = {"Pointwise": (2e-6, 1e-6), "Reduction": (1e-5, 1e-6), "Matmul": (1e-5, 1e-5),
@@ -30,12 +31,31 @@ def T(uid, dims, dtype="float32", strides=None):
     return Tensor(uid, tuple(dims), tuple(strides or packed_strides(dims)), dtype)
 
 
+def _span(dims, strides):
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+
+
+def _view(base, dims, strides):
+    """``base`` (1-d) seen with ``dims`` and element ``strides``."""
+    return np.lib.stride_tricks.as_strided(base, dims, tuple(s * base.itemsize for s in strides))
+
+
 def _buffer(t, rng, positive=False):
     """A NumPy view of ``t``'s storage dtype with its dims and strides over a fresh random buffer."""
-    span = 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides))
-    base = dtypes.to_storage(rng.uniform(0.2, 2.0, span) if positive else rng.standard_normal(span), t.dtype)
-    it = base.itemsize
-    return np.lib.stride_tricks.as_strided(base, t.dims, tuple(s * it for s in t.strides))
+    span = _span(t.dims, t.strides)
+    return _view(dtypes.to_storage(rng.uniform(0.2, 2.0, span) if positive else rng.standard_normal(span), t.dtype),
+                 t.dims, t.strides)
+
+
+def _clone(buf):
+    """A copy of ``buf`` with its strides, gaps included (``ndarray.copy`` would pack it in C order, and
+    the layout a test chose would never reach the engine)."""
+    st = [s // buf.itemsize for s in buf.strides]
+    if buf.ndim == 0 or buf.size == 0 or min(st) <= 0 or any(s % buf.itemsize for s in buf.strides):
+        return buf.copy()
+    out = _view(np.zeros(_span(buf.shape, st), buf.dtype), buf.shape, st)
+    out[...] = buf
+    return out
 
 
 def run_both(graph, inputs: dict, scalars: dict, kind: str, dtype="float32"):
@@ -46,12 +66,12 @@ def run_both(graph, inputs: dict, scalars: dict, kind: str, dtype="float32"):
     for eng in ("numpy", "reference"):
         plan = planner.make_plan(graph, "cpu", forced=eng)
         assert plan.engine == eng
-        data = {uid: buf.copy() for uid, buf in inputs.items()}
+        data = {uid: _clone(buf) for uid, buf in inputs.items()}
         outs = {}
         for t in graph.external_outputs():
             prior = inputs.get(t.uid)
             outs[t.uid] = data[t.uid] if prior is not None else \
-                dtypes.to_storage(np.full(t.dims, np.nan), t.dtype)
+                _view(dtypes.to_storage(np.full(_span(t.dims, t.strides), np.nan), t.dtype), t.dims, t.strides)
             data[t.uid] = outs[t.uid]
         data.update(scalars)
         plan.execute(VariantPack(data))
@@ -192,17 +212,6 @@ CONVS = [
     ((1, 3, 5, 6, 4), (2, 3, 3, 2, 2), 1, (1, 2, 1), 1, 1, "CONVOLUTION", "NCHW"),  # 3-D
     ((2, 3, 11), (4, 3, 4), (3,), 3, 2, 1, "CROSS_CORRELATION", "NCHW"),  # 1-D, pad > 0, dilation
 ]
-
-
-def _layout_strides(dims, layout):
-    if layout == "NCHW":
-        return packed_strides(dims)
-    perm = (0,) + tuple(range(2, len(dims))) + (1,)
-    ps = packed_strides([dims[i] for i in perm])
-    out = [0] * len(dims)
-    for i, p in enumerate(perm):
-        out[p] = ps[i]
-    return tuple(out)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -381,10 +390,9 @@ POOL_MODES = [("MAXPOOL", "PROPAGATE"), ("MAXPOOL", "NOT_PROPAGATE"), ("AVGPOOL_
 
 def _pool_case(case, layout, dtype, rng, nan=True):
     xd, win, st, pad, ysp = case
-    strides = _layout_strides(xd, "NHWC") if layout == "NHWC" else None
-    x = T(1, xd, dtype, strides)
+    x = T(1, xd, dtype, _layout_strides(xd, layout))
     yd = xd[:2] + ysp
-    y = T(20, yd, dtype, _layout_strides(yd, "NHWC") if layout == "NHWC" else None)
+    y = T(20, yd, dtype, _layout_strides(yd, layout))
     data = {1: _buffer(x, rng)}
     xv, sp = data[1], len(xd) - 2
     xv[(0, 0) + (0,) * sp] = xv[(0, 0) + (0,) * (sp - 1) + (1,)]  # a tie: the first in window order gets dy
@@ -407,6 +415,40 @@ def test_pooling(case, mode, layout, dtype, rng):
     data.update({21: _buffer(dy, rng), 22: _buffer(y, rng)})
     ins = {"dy": dy, "x": x, "y": T(22, y.dims, dtype, y.strides)}
     _run_blended("ResampleBackward", ins, "dx", T(23, x.dims, dtype, x.strides), attrs, data, dtype, rng)
+
+
+# Per spatial dim (x, window, stride, pre_padding): window taps that cover every output or not (the
+# max seeds y from the covering ones, in any position of the window order), windows past x,
+# negative padding, a window as large as x (one reduction per output position)
+POOL_DIMS = [(7, 3, 2, 1), (9, 2, 2, 1), (7, 3, 1, 0), (6, 1, 3, 0), (5, 4, 1, 2), (6, 3, 2, -1), (4, 4, 1, 0)]
+
+
+def _pool_grid():
+    """(x dims, window, stride, pre_padding, y spatial dims): test_cupy_engine's pooling geometries,
+    every ordered pair of POOL_DIMS (y one past the nominal size in the last dim: empty windows)
+    and 3-D runs of three."""
+    nominal = lambda x, w, s, p: max(1, (x + 2 * p - w) // s + 1)  # noqa: E731
+    grid = [(xd, win, st, pad, tuple(map(nominal, xd[2:], win, st, pad))) for xd, win, pad, st, *_ in POOL_CASES]
+    for dims in [*itertools.product(POOL_DIMS, repeat=2), *(POOL_DIMS[i:i + 3] for i in range(len(POOL_DIMS) - 2))]:
+        xs, win, st, pad = zip(*dims)
+        ys = tuple(nominal(*d) for d in dims)
+        grid.append(((2, 3) + xs, win, st, pad, ys[:-1] + (ys[-1] + 1,)))
+    return grid
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC", "strided"])
+@pytest.mark.parametrize("mode", POOL_MODES, ids=lambda m: f"{m[0][:7]}_{m[1][:3]}")
+def test_pooling_geometry_grid(mode, layout, rng):
+    """Forward and backward over _pool_grid, x, y, dy and dx in ``layout``, with NaN, -inf and ties."""
+    for case in _pool_grid():
+        x, y, data, attrs = _pool_case(case, layout, "float32", rng)
+        attrs.update(mode=mode[0], nan_propagation=mode[1])
+        run_both(OperationGraph([Operation("ResampleForward", {"x": x}, {"y": y}, attrs)]), data, {}, "ResampleForward")
+        dy, dx = T(21, y.dims, "float32", y.strides), T(23, x.dims, "float32", x.strides)
+        data.update({21: _buffer(dy, rng), 22: _buffer(y, rng)})
+        g = OperationGraph([Operation("ResampleBackward", {"dy": dy, "x": x, "y": T(22, y.dims, "float32", y.strides)},
+                                      {"dx": dx}, attrs)])
+        run_both(g, data, {}, "ResampleBackward")
 
 
 @pytest.mark.parametrize("mode", POOL_MODES, ids=lambda m: f"{m[0][:7]}_{m[1][:3]}")
