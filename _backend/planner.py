@@ -120,7 +120,9 @@ def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None, key=N
 
     On the GPU place, the reference engine chosen by the heuristics (not forced) is a CPU
     fallback: ``CUDNN_COMPAT_CPU_FALLBACK`` allows it with one ``CpuFallbackWarning`` per call
-    signature (``key``), or makes it NOT_SUPPORTED naming each engine's reason."""
+    signature (``key``), or makes it NOT_SUPPORTED naming each engine's reason.  A graph with a
+    ``workspace_limit`` (bytes: planned for a call given that much, ``_core.call.fit_workspace``)
+    takes no plan needing more, and no CPU fallback on the GPU place."""
     if not graph.finalized:
         graph.finalize()
     forced = forced if forced is not None else forced_engine()
@@ -128,7 +130,11 @@ def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None, key=N
     configs, declines = get_engine_configs(graph, place, mode, forced)
     # a path the caller tried before this graph (the fused attention of cudnn_compat.attention)
     declines = list(getattr(graph, "pre_declines", ())) + list(declines)
+    limit = getattr(graph, "workspace_limit", None)  # planned for a call's workspace (_core/call.fit_workspace)
     for eng, cfg in configs:
+        if limit is not None and place == "gpu" and eng.name == "reference" and not forced:
+            declines.append((str(cfg), f"no CPU fallback for a call given {limit} bytes of workspace"))
+            continue
         if eng.name in excluded:
             why = excluded[eng.name]
             if not why:
@@ -144,6 +150,10 @@ def make_plan(graph, place: str, mode: str = "A", exclude=(), forced=None, key=N
             except EngineDeclined as e:
                 reason = e.reason
             else:
+                if limit is not None and int(plan.workspace_size) > limit:
+                    plan.release()
+                    declines.append((str(cfg), f"needs {plan.workspace_size} bytes of workspace, the call gave {limit}"))
+                    continue
                 plan.declines = declines
                 plan.place = place
                 if place == "gpu" and eng.name == "reference" and not forced:

@@ -493,3 +493,56 @@ def test_find_reports_each_plans_own_time_memory_determinism_and_math_type(handl
         assert p.time == speed[c.index] and p.memory == w
         assert p.determinism == (cc.CUDNN_NON_DETERMINISTIC if "NONDETERMINISTIC" in c.notes else cc.CUDNN_DETERMINISTIC)
         assert p.mathType == cc.CUDNN_DEFAULT_MATH  # convDesc's (no Tensor Cores on the CPU place)
+
+
+# -- a call's workspace limit (graph.workspace_limit, _core/call.fit_workspace) ---------------------------------
+
+WS = dict(A + FB + B + INSTANT)  # the fake plans' workspace (knob variants: 0)
+
+
+def limited(graph, limit):
+    graph.workspace_limit = limit
+    return graph
+
+
+def test_under_a_workspace_limit_the_fastest_config_that_fits_wins_and_nothing_is_timed_again(engine):
+    eng, timed, finalized = engine
+    assert eng.configs(wgrad_graph("3"), "gpu", "A")[0].index == 0  # 0.4 ms, 4 MiB of workspace
+    for limit, winner in ((4 << 20, 0), (4096, 12), (2047, 33), (0, 33)):  # 12: 0.7 ms, 2048 bytes; 33: 0.9, 0
+        finalized.clear()
+        got = eng.configs(limited(wgrad_graph("3"), limit), "gpu", "A")
+        assert got[0].index == winner and WS.get(got[0], 0) <= limit, limit
+        assert len(timed) == 1  # the graph's times are shared: no config timed twice
+        assert got[0] in finalized and all(WS.get(c, 0) <= limit for c in finalized)  # the unfit: not finalized
+        # the limit is part of the remembered choice: the same limit again finalizes the winner alone
+        finalized.clear()
+        assert eng.configs(limited(wgrad_graph("3"), limit), "gpu", "A")[0] == got[0] and finalized == [got[0]]
+    # the call's own plan (no limit) still gets the fastest of all
+    assert eng.configs(wgrad_graph("3"), "gpu", "A")[0].index == 0
+
+
+def test_a_limited_search_first_times_only_what_fits_and_the_full_search_times_the_rest(engine):
+    eng, timed, _ = engine
+    got = eng.configs(limited(wgrad_graph("3"), 1000), "gpu", "A")
+    assert got[0].index == 33
+    (batch,) = timed
+    assert batch and all(WS.get(c, 0) <= 1000 for c in batch) and {0, 12} & {c.index for c in batch} == set()
+    assert eng.configs(wgrad_graph("3"), "gpu", "A")[0].index == 0
+    assert len(timed) == 2 and timed[1] and all(WS.get(c, 0) > 1000 for c in timed[1])
+
+
+def test_when_no_config_fits_the_engine_declines_naming_the_workspace(engine, monkeypatch):
+    import cudnn_compat._backend.engines.cudnn_engine as ce
+    from cudnn_compat._backend.engines.base import EngineDeclined
+    eng, _, _ = engine
+    real = ce._configs.execution_plan
+
+    def plus_100(lib, handle, g, c):  # every plan needs 100 bytes more
+        p, w, keep = real(lib, handle, g, c)
+        return p, w + 100, keep
+    monkeypatch.setattr(ce._configs, "execution_plan", plus_100)
+    got = eng.configs(limited(wgrad_graph("3"), 50), "gpu", "A")
+    assert len(got) == 1 and got[0].index < 0
+    assert "no engine config finalized within the call's 50 bytes of workspace" in got[0].knob("declined")
+    with pytest.raises(EngineDeclined, match="needs 100 bytes of workspace, the call gave 50"):
+        eng.build(limited(wgrad_graph("3"), 50), cfg(33, "DETERMINISTIC"))

@@ -16,7 +16,7 @@ import numpy as np
 from cudnn_compat._backend import planner
 from cudnn_compat._backend.plan_cache import CACHE
 from . import fastbind as _fastbind
-from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor, virtual
+from cudnn_compat._backend.ir import GraphError, Operation, scalar as scalar_tensor, virtual
 from .data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_pointer, host_view, layout
 from .data import workspace_arg as _workspace_arg
 from ..handle import on_device, wrong_device
@@ -73,13 +73,48 @@ def plan_for(handle, key: tuple, build):
     return planner.get_plan((handle.place, handle.device) + key, build, handle.place)
 
 
+def _given(workspace, workspace_size: int) -> int:
+    """Bytes of workspace a call gave (NULL counts as 0)."""
+    return 0 if workspace is None or (isinstance(workspace, int) and workspace == 0) else int(workspace_size)
+
+
 def check_workspace(plan, workspace, workspace_size: int, argname: str = "workSpaceSizeInBytes") -> None:
     """BAD_PARAM when the caller's workspace is smaller than the plan needs (NULL counts as 0 bytes)."""
     need = int(plan.workspace_size)
-    have = 0 if workspace is None or (isinstance(workspace, int) and workspace == 0) else int(workspace_size)
+    have = _given(workspace, workspace_size)
     if have < need:
         from ..errors import bad_param
         raise bad_param(argname, f"the plan needs {need} bytes of workspace, {have} were given")
+
+
+WORKSPACE_LIMIT = "workspace_limit"  # marks the plan-cache key of a plan made for a call's workspace
+
+
+def fit_workspace(handle, plan, key: tuple, build, workspace, workspace_size: int, argname: str) -> tuple:
+    """(plan, its plan-cache key) for a call given ``workspace``/``workspace_size`` bytes: ``plan``
+    (of ``key``) when that is enough, else the plan of the same graph made under that limit
+    (``graph.workspace_limit``: each engine takes its fastest config whose plan fits, the planner no
+    plan that needs more; cached under ``key`` + the limit).  So a call given at least what the
+    workspace query answered for its descriptors and algo runs, whichever config the query's plan
+    and the call's plan got (002 §5.2.24: that size is enough for the call).  BAD_PARAM
+    (``check_workspace``) only when no engine has a plan that fits."""
+    have = _given(workspace, workspace_size)
+    if have >= int(plan.workspace_size):
+        return plan, key
+    if have >= 0:
+        def limited():
+            graph = build()
+            graph.workspace_limit = have
+            return graph
+        lkey = key + ((WORKSPACE_LIMIT, have),)
+        try:
+            fit = planner.get_plan(lkey, limited, handle.place)
+        except GraphError:  # no engine has a plan within ``have`` bytes
+            fit = None
+        if fit is not None and int(fit.workspace_size) <= have:
+            return fit, lkey
+    check_workspace(plan, workspace, workspace_size, argname)
+    return plan, key
 
 
 # -- interception point (cudnn_compat/tools/trace.py records, cudnn_compat/tools/fuse.py defers) ----------------
@@ -114,7 +149,8 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         workspace_arg: "str | None" = None, _hooked: bool = False):
     """Execute the plan for ``key``.  ``tensors``: uid -> (data, argname); the prior-y uid of
     a blend is bound to the same buffer as y.  ``scalars``: uid -> float.  Returns the plan.
-    With ``workspace_arg`` (the size argument's name) the workspace is checked first.
+    With ``workspace_arg`` (the size argument's name) the workspace is checked first: a plan that
+    needs more than the call gave is replaced by one made to fit it (``fit_workspace``).
 
     A cached call costs: the plan-cache lookup, one pass over the plan's binding program
     (``_program``: per tensor a buffer check and a view, or a raw device pointer for plans
@@ -138,9 +174,9 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         plan, ws = lane[3], workspace
         if ws is not None and type(ws) not in WORKSPACE_TYPES:
             ws = _workspace_arg(handle.place, ws)  # rule: a library object is no buffer
-        if workspace_arg is not None:
-            check_workspace(plan, ws, workspace_size, workspace_arg)
-        if lane[6]:  # a launch-record lane: binds and launches (planner.execute's fast path)
+        if workspace_arg is not None and _given(ws, workspace_size) < int(plan.workspace_size):
+            pass  # too little workspace for the lane's plan: the general path fits a plan to it
+        elif lane[6]:  # a launch-record lane: binds and launches (planner.execute's fast path)
             try:
                 ok = lane[5](tensors, scalars, handle.stream)
             except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (as planner.execute)
@@ -168,11 +204,12 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
                 return plan
     place = handle.place
     orig_key, key = key, (place, handle.device) + key
+    full_key = key
     plan = planner.get_plan(key, build, place)
     if workspace is not None and type(workspace) not in WORKSPACE_TYPES:
         workspace = _workspace_arg(place, workspace)  # rule: a library object or a CPU-place int is no buffer
     if workspace_arg is not None:
-        check_workspace(plan, workspace, workspace_size, workspace_arg)
+        plan, key = fit_workspace(handle, plan, key, build, workspace, workspace_size, workspace_arg)
     if type(workspace) is np.ndarray and place != "cpu":
         workspace = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
     data, staged = {}, None
@@ -215,7 +252,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
     if staged:
         copy_back(plan, tensors, staged)
-    elif place != "cpu" and getattr(plan, "raw_pointers", False):
+    elif place != "cpu" and getattr(plan, "raw_pointers", False) and key is full_key:  # no lane for a fitted plan
         _add_lane(plan, orig_key, key, place, handle.device)
     _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
     return plan

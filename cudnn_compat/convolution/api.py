@@ -128,7 +128,13 @@ class ConvCall:
         return Problem(self.config, wfmt, *lay, self.cd.pad, self.cd.stride, self.cd.dilation)
 
     def key(self, algo: str, math: int, beta_zero: bool) -> tuple:
-        return (self.direction.kind, self.xd.key(), self.wd.key(), self.yd.key(), self.cd.key(), algo, math, beta_zero)
+        """The plan-cache key of ``algo`` (suffix) with ``math``: with convDesc's own math type the key
+        the call makes (``_call_key``), so the workspace and algorithm queries size and time the plan
+        the call then runs (one plan, one search)."""
+        dr = self.direction
+        if math == self.cd.mathType:
+            return _call_key(dr, self.xd, self.wd, self.yd, self.cd, dr.algos()[algo], beta_zero)
+        return (dr.kind, self.xd.key(), self.wd.key(), self.yd.key(), self.cd.key(), algo, math, beta_zero)
 
     def conv_op(self, algo: str, math: int):
         """(conv op writing a virtual result, the output tensor)."""
@@ -217,6 +223,11 @@ def _algo(dr: Direction, algo, call: "ConvCall | None" = None) -> str:
 _SITES = Memo("convolution forward/backward data/backward filter sites")
 
 
+def _call_key(dr: Direction, xd, wd, yd, cd, algo, beta_zero: bool) -> tuple:
+    """The plan-cache key of a convolution call (the descriptors' settings, the algo as passed)."""
+    return (dr.kind, xd.key(), wd.key(), yd.key(), cd.key(), algo if type(algo) is int else repr(algo), beta_zero)
+
+
 def _compute(dr: Direction, handle, alpha, descs: tuple, datas: tuple, convDesc, algo, workSpace,
              workSpaceSizeInBytes, beta) -> None:
     """The lean call path; ``descs``/``datas`` are (x, w, y) in forward terms.  The key is made from
@@ -236,7 +247,7 @@ def _compute(dr: Direction, handle, alpha, descs: tuple, datas: tuple, convDesc,
         yd = tensor_desc(descs[2], names[2])
         cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
         double = yd.dataType == D_DOUBLE
-        keys = tuple((dr.kind, xd.key(), wd.key(), yd.key(), cd.key(), algo if type(algo) is int else repr(algo), bz)
+        keys = tuple(_call_key(dr, xd, wd, yd, cd, algo, bz)
                      for bz in (False, True))  # one key object per signature: _call.run's lane finds it
         site_put(_SITES, sk, stamp, (h, xd, wd, yd, cd, double, keys))
     a, b = scalar(alpha, "alpha", double), scalar(beta, "beta", double)

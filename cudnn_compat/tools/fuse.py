@@ -151,7 +151,7 @@ class Scope:
         full = (handle.place, handle.device) + key
         plan = planner.get_plan(full, build, handle.place)
         if workspace_arg is not None:
-            _call.check_workspace(plan, workspace, workspace_size, workspace_arg)
+            plan, full = _call.fit_workspace(handle, plan, full, build, workspace, workspace_size, workspace_arg)
         gpu = handle.place == "gpu"
         cp = _cupy_ndarray() if gpu else None
         bound, spans = {}, []

@@ -6,7 +6,10 @@
   engine configs with knobs and notes, math-type and legacy-algorithm selection.
 - ``autotune``: mode A times the configs that finalize (for a plain convolution every config
   of every heuristic mode and knob variants; for fusion graphs the first three) and keeps the
-  fastest.
+  fastest.  A graph planned for a call given less workspace than its plan needs
+  (``workspace_limit``, _core/call.py ``fit_workspace``) takes the fastest config whose plan fits
+  (configs timed before are not timed again; those known not to fit are skipped), and declines
+  when none does.
 - ``plan``: the ExecutionPlan and its lean per-call path.
 - ``lib``: libcudnn 9 through ctypes, found with ``cuda.pathfinder``.
 
@@ -150,6 +153,8 @@ class CudnnEngine(Engine):
         known = _autotune.known(key, spec, cfgs, _device()) if key else None
         order = [known] + [c for c in cfgs if c != known] if known else cfgs
         errors = []
+        limit = spec.workspace_limit
+        sizes = _autotune.sizes(spec, _device())
 
         def finalize(cfg, extra):
             if extra and not _autotune.extra_ok(cfg):
@@ -159,7 +164,10 @@ class CudnnEngine(Engine):
             except _lib.CudnnStatusError as e:
                 errors.append(f"{cfg}: {e.detail or e}")
                 return None
-            if extra and wsz > _autotune.EXTRA_WORKSPACE_CAP:
+            sizes[cfg] = wsz
+            if (extra and wsz > _autotune.EXTRA_WORKSPACE_CAP) or (limit is not None and wsz > limit):
+                if limit is not None and wsz > limit:
+                    errors.append(f"{cfg}: needs {wsz} bytes of workspace, the call gave {limit}")
                 for d in reversed(keep):
                     d.destroy()
                 return None
@@ -173,11 +181,13 @@ class CudnnEngine(Engine):
         else:
             k_main, k_extra = k, _autotune.extra_k(spec, k)
         times = _autotune.table(spec, _device())
+        unfit = None if limit is None else (lambda c: sizes.get(c, 0) > limit)  # known not to fit: skipped
         got = _autotune.search(order, times, finalize, lambda plans: _autotune.time_plans(spec, plans, _device()),
-                               k_main, k_extra, every=k is None)
+                               k_main, k_extra, every=k is None, unfit=unfit)
         if got is None:
             ng.destroy()
-            why.append(f"{tag}: no engine config finalized ({'; '.join(e[:300] for e in errors[:3])})")
+            within = "" if limit is None else f" within the call's {limit} bytes of workspace"
+            why.append(f"{tag}: no engine config finalized{within} ({'; '.join(e[:300] for e in errors[:3])})")
             return []
         cfg, (plan, wsz, keep), ranked = got
         st.autotune = [(str(c), t) for c, t in ranked] if len(ranked) > 1 else None
@@ -222,6 +232,12 @@ class CudnnEngine(Engine):
             except _lib.CudnnStatusError as e:
                 ng.destroy()
                 raise EngineDeclined(self.name, f"engine config {config} did not finalize: {e}")
+            if spec.workspace_limit is not None and wsz > spec.workspace_limit:
+                for d in reversed(keep):
+                    d.destroy()
+                ng.destroy()
+                raise EngineDeclined(self.name, f"engine config {config} needs {wsz} bytes of workspace, "
+                                                f"the call gave {spec.workspace_limit}")
             pending = (ng, plan, wsz, keep)
         ng, plan, wsz, keep = pending
         out = CudnnPlan(graph, config, spec, device, ng, plan, wsz, keep, spec.representative())

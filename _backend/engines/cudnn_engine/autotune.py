@@ -22,6 +22,9 @@ per (backend graph, candidate configs) and, with ``CUDNN_COMPAT_PLAN_CACHE_FILE`
 to that file (``_backend.plan_cache.ConfigFile``: engine global index + knob choices per
 signature of device, libcudnn version, backend graph and candidates), so a new process skips the
 timing.  ``STATS`` counts timing runs (and choices taken from the file) for tests and benchmarks.
+A graph planned under a call's workspace limit (``Native.workspace_limit``) is another tuning
+(the limit is in its memo key and signature): ``SIZES`` keeps each finalized config's workspace
+per graph signature, so its search skips the timed configs that do not fit and times only new ones.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1,
 _MEMO: dict = {}
 STATS = {"timing_runs": 0, "plans_timed": 0, "from_file": 0, "from_table": 0}
 TIMES: dict = {}  # (device, graph_key) -> {EngineConfig: ms}
+SIZES: dict = {}  # (device, graph_key) -> {EngineConfig: workspace bytes of its finalized plan}
 _DEVICE_ID: dict = {}
 
 
@@ -72,21 +76,32 @@ def table(spec, device: int) -> dict:
     return TIMES.setdefault((device, graph_key(spec)), {})
 
 
+def sizes(spec, device: int) -> dict:
+    """{config: workspace bytes} of the plans finalized so far for ``spec``'s graph (``SIZES``):
+    a search under a caller's workspace limit skips the timed configs known not to fit."""
+    if len(SIZES) > 4096:
+        SIZES.clear()
+    return SIZES.setdefault((device, graph_key(spec)), {})
+
+
 TIMED = object()  # ``search``: a config the table already has a time for
 
 
-def search(order: list, times: dict, finalize, time_plans, k: int, k_extra: int, every: bool):
+def search(order: list, times: dict, finalize, time_plans, k: int, k_extra: int, every: bool, unfit=None):
     """The autotune over ``order`` (candidate configs, heuristics order): the configs
     ``configs.tuning_order`` picks (``k``, ``k_extra``, ``every``) are finalized (``finalize(cfg,
     extra)`` -> (plan, workspace, keep) or None) unless ``times`` has them, the new ones timed in
     one batch (``time_plans([(plan, workspace)])`` -> [ms]) into ``times``, and the fastest
     candidate that finalizes wins.  Returns (winner, its (plan, workspace, keep), [(config, ms)]
     of every candidate considered, fastest first) or None when none finalizes; the plans of the
-    others are destroyed.  A single candidate with no time is not timed."""
+    others are destroyed.  A single candidate with no time is not timed.  ``unfit(cfg)``: True for a
+    config known not to fit the caller's workspace limit (skipped, as one that does not finalize)."""
     from .configs import tuning_order
     made: dict = {}
 
     def pick(c, extra):
+        if unfit is not None and unfit(c):
+            return None
         if c in times:
             STATS["from_table"] += 1
             return TIMED
@@ -124,7 +139,8 @@ def extra_ok(cfg) -> bool:
 
 
 def memo_key(spec, cfgs) -> tuple:
-    return (repr(sorted(spec.tensors.items())), repr(spec.ops), spec.representative(), tuple(cfgs))
+    return (repr(sorted(spec.tensors.items())), repr(spec.ops), spec.representative(), tuple(cfgs),
+            spec.workspace_limit)
 
 
 def _device_id(device: int) -> tuple:
@@ -140,8 +156,9 @@ def _device_id(device: int) -> tuple:
 
 def signature(spec, cfgs, device: int) -> str:
     """The persisted key of a tuning: stable across processes (no hash(), no frozenset order)."""
+    limit = () if spec.workspace_limit is None else (("workspace_limit", spec.workspace_limit),)
     return repr(("cudnn-autotune", _device_id(device), repr(sorted(spec.tensors.items())), repr(spec.ops),
-                 spec.representative(), [str(c) for c in cfgs]))
+                 spec.representative(), [str(c) for c in cfgs]) + limit)
 
 
 def known(key, spec, cfgs, device: int):
@@ -161,6 +178,7 @@ def remember(key, spec, cfgs, device: int, cfg, ms: float) -> None:
     _remember_here((device, key), cfg)
     name, cc, version = _device_id(device)
     remember_config("cudnn", signature(spec, cfgs, device), cfg, note=spec.describe(),
+                    baked=[float(v) for v in spec.representative()], workspace_limit=spec.workspace_limit,
                     device=f"{name} (sm {cc}, libcudnn {version})",
                     ms=ms if ms == ms and ms != float("inf") else None)
 

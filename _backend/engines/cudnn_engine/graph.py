@@ -121,6 +121,7 @@ class Native:
     algo: "str | None" = None
     data_dtype: str = "float32"
     zero_workspace: bool = False  # conv attr: the legacy algo designated to need no workspace
+    workspace_limit: "int | None" = None  # the graph's ``workspace_limit``: plans needing more are not built
 
     def representative(self) -> tuple:
         """Values baked into the native graph used for heuristics and the first plan: for a
@@ -189,6 +190,9 @@ def candidates(graph) -> list:
     except Decline:
         if not out:
             raise
+    limit = getattr(graph, "workspace_limit", None)  # planned for a call given this many bytes (_core/call.py)
+    for native in out:
+        native.workspace_limit = limit
     return out
 
 
