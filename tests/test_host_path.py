@@ -287,6 +287,33 @@ def test_repeated_calls_replay_a_cuda_graph(emu, rng, monkeypatch):
     assert not emu.graphs
 
 
+def test_a_failed_capture_is_logged_and_the_kernels_launch(emu, rng, monkeypatch, caplog):
+    """A capture that raises: the key launches the record's kernels from then on (right numbers,
+    no graph, no second try) and the exception is logged, not swallowed."""
+    import logging
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default until verified on a GPU
+    from cudnn_compat._backend.engines.cupy_engine import runtime
+    import host_emu
+
+    def refuse(launch_all):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    monkeypatch.setattr(runtime.GRAPHS[0], "capture", refuse)
+    h = emu.handle()
+    ins, outs, call = case_act_fwd(rng)
+    st = _f32({**ins, **outs})
+    d = {k: host_emu.EmuArray(v) for k, v in st.items()}
+    with caplog.at_level(logging.WARNING, logger="cudnn_compat.cupy_engine"):
+        for _ in range(5):
+            st["y"][...] = np.nan
+            call(h, d, 1.5, 0.0)
+            np.testing.assert_allclose(st["y"], 1.5 * np.maximum(st["x"], 0), rtol=1e-6)
+    assert emu.graph_launches == 0
+    (rec,) = [r for r in caplog.records if r.name == "cudnn_compat.cupy_engine"]
+    assert rec.getMessage().startswith("launch record: CUDA graph capture failed (RuntimeError: operation not "
+                                       "permitted when stream is capturing)")
+    assert rec.exc_info and rec.exc_info[0] is RuntimeError
+
+
 def test_graph_table_is_bounded(emu, rng, monkeypatch):
     monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default until verified on a GPU
     from cudnn_compat._backend.engines.cupy_engine import records

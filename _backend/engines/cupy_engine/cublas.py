@@ -1,17 +1,20 @@
-"""cuBLAS through CuPy's bindings (``cupy_backends.cuda.libs.cublas``, imported as
-``cupy.cuda.cublas``): one handle per device (``Cublas``) and the strided-batched GEMM it runs
-(``Gemm``), shared by the RNN programs (rnn.py, program.py) and the engine's matmuls (gemm.py).
+"""cuBLAS through its C API (ctypes): one handle per device (``Cublas``) and the strided-batched
+GEMM it runs (``Gemm``), shared by the RNN programs (rnn.py, program.py) and the engine's matmuls
+(gemm.py).
 
-The handle is the engine's own (``cublas.create()``), not CuPy's shared one
-(``cupy.cuda.device.get_cublas_handle()``): the engine sets its stream and a workspace of its own
-(``setWorkspace``: CUDA-graph capture of the GEMMs), which must not change what CuPy's own calls on
-that handle see.  CuPy's GEMM wrappers set the handle's stream to CuPy's current stream before each
-call once any stream has been made current, so ``Cublas.on_stream`` makes the engine's stream
-CuPy's current one for the calls it runs.
+Not through CuPy's bindings (``cupy_backends.cuda.libs.cublas``, issue 23 item 10 asked for them):
+the RNN programs capture their GEMMs into CUDA graphs (program.py), which cuBLAS supports and
+CuPy's bindings refuse.  Every CuPy cuBLAS wrapper, ``gemmStridedBatchedEx`` included, first calls
+CuPy's ``setStream`` with CuPy's current stream, and that ``setStream`` raises
+``NotImplementedError('calling cuBLAS API during stream capture is currently unsupported')``
+whenever the stream is capturing (cublas.pyx, CuPy 13.0 to 15.0a1); CuPy also binds no
+``cublasSetWorkspace``, through which the handle gets the workspace its captured GEMMs use.  Five
+C functions are bound here, on a handle of the engine's own (its stream, set per call, and its
+workspace must not change what CuPy's calls on CuPy's handle see).
 """
 from __future__ import annotations
 
-import contextlib
+import ctypes
 import threading
 from dataclasses import dataclass
 
@@ -50,29 +53,21 @@ COMPUTE = {"float32": 68, "float64": 70, "tf32": 77}  # CUBLAS_COMPUTE_32F, _64F
 CUBLAS_GEMM_DEFAULT = -1
 CUBLAS_DEFAULT_MATH = 0  # the precision is the compute type's alone (no TF32 unless COMPUTE says so)
 WORKSPACE_BYTES = 32 << 20
-FUNCTIONS = ("create", "setStream", "setMathMode", "gemmStridedBatchedEx")  # what the engine needs of CuPy
-
-
-def bindings():
-    """CuPy's cuBLAS module; RuntimeError naming what is missing when this CuPy lacks a function
-    the engine calls (``setWorkspace`` is optional: without it cuBLAS uses its own pool)."""
-    from cupy_backends.cuda.libs import cublas
-    missing = [f for f in FUNCTIONS if not hasattr(cublas, f)]
-    if missing:
-        raise RuntimeError(f"CuPy's cuBLAS bindings lack {', '.join(missing)} (CuPy >= 13 has them)")
-    return cublas
 
 
 class Cublas:
-    """One cuBLAS handle per device, made and driven through CuPy's bindings, with its own
-    workspace so GEMMs can be captured into CUDA graphs."""
+    """One cuBLAS handle per device, with its own workspace so GEMMs can be captured into CUDA
+    graphs; ``set_stream`` then ``gemm`` (callers hold gemm._LOCK: the handle is shared)."""
 
     _lock = threading.Lock()
     _by_device: dict = {}
+    _lib = None
 
     @classmethod
     def lib(cls):
-        return bindings()
+        if cls._lib is None:
+            cls._lib = _load_cublas()
+        return cls._lib
 
     @classmethod
     def get(cls) -> "Cublas":
@@ -87,36 +82,61 @@ class Cublas:
     def __init__(self, lib):
         cp = runtime.cupy()
         self.lib = lib
-        self.handle = lib.create()
-        lib.setMathMode(self.handle, CUBLAS_DEFAULT_MATH)
+        handle = ctypes.c_void_p()
+        _check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+        self.handle = int(handle.value or 0)
+        _check(lib.cublasSetMathMode(self.handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")
         self.workspace = cp.empty(WORKSPACE_BYTES, dtype=cp.uint8)
-        if hasattr(lib, "setWorkspace"):
-            lib.setWorkspace(self.handle, int(self.workspace.data.ptr), WORKSPACE_BYTES)
-        # alpha/beta by host pointer (CUBLAS_POINTER_MODE_HOST, the default): kept alive here
-        self.scalars = {(dt, v): np.full((), v, dtype=dt) for dt in ("float32", "float64") for v in (0.0, 1.0)}
-        self.stream_ptr = None
+        _check(lib.cublasSetWorkspace_v2(self.handle, int(self.workspace.data.ptr), WORKSPACE_BYTES),
+               "cublasSetWorkspace")
+        # alpha/beta by host pointer (CUBLAS_POINTER_MODE_HOST, the default): the arrays kept alive here
+        self._scalar_arrays = [np.full((), v, dtype=dt) for dt in ("float32", "float64") for v in (0.0, 1.0)]
+        self.scalars = {(str(a.dtype), float(a)): int(a.ctypes.data) for a in self._scalar_arrays}
 
     def set_stream(self, stream_ptr: int) -> None:
-        self.lib.setStream(self.handle, int(stream_ptr))
-        self.stream_ptr = int(stream_ptr)
-
-    @contextlib.contextmanager
-    def on_stream(self, stream_ptr: int):
-        """The handle on ``stream_ptr`` for the calls inside, which also run with it as CuPy's
-        current stream (CuPy's wrappers would otherwise move the handle to theirs)."""
-        cp = runtime.cupy()
-        self.set_stream(stream_ptr)
-        if int(cp.cuda.get_current_stream().ptr) == int(stream_ptr):
-            yield self
-        else:
-            with cp.cuda.ExternalStream(int(stream_ptr)):
-                yield self
+        """The stream of the calls that follow (no check of its capture state: capture allowed)."""
+        _check(self.lib.cublasSetStream_v2(self.handle, int(stream_ptr)), "cublasSetStream")
 
     def gemm(self, gm: Gemm, a: int, adt: str, b: int, bdt: str, c: int, cdt: str) -> None:
         sdt = "float64" if gm.compute == "float64" else "float32"
-        alpha, beta = self.scalars[(sdt, 1.0)], self.scalars[(sdt, float(gm.beta))]
-        self.lib.gemmStridedBatchedEx(
-            self.handle, int(gm.transa), int(gm.transb), gm.m, gm.n, gm.k, alpha.ctypes.data,
+        st = self.lib.cublasGemmStridedBatchedEx(
+            self.handle, int(gm.transa), int(gm.transb), gm.m, gm.n, gm.k, self.scalars[(sdt, 1.0)],
             int(a), CUDA_R[adt], gm.lda, gm.sa, int(b), CUDA_R[bdt], gm.ldb, gm.sb,
-            beta.ctypes.data, int(c), CUDA_R[cdt], gm.ldc, gm.sc, gm.batch, COMPUTE[gm.compute],
-            CUBLAS_GEMM_DEFAULT)
+            self.scalars[(sdt, float(gm.beta))], int(c), CUDA_R[cdt], gm.ldc, gm.sc, gm.batch,
+            COMPUTE[gm.compute], CUBLAS_GEMM_DEFAULT)
+        _check(st, "cublasGemmStridedBatchedEx")
+
+
+def _check(status: int, what: str) -> None:
+    if status:
+        raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+
+def _load_cublas():
+    """libcublas with the argument types of the functions the engine calls."""
+    names = []
+    try:
+        from cuda import pathfinder
+        loaded = pathfinder.load_nvidia_dynamic_lib("cublas")
+        if getattr(loaded, "abs_path", None):
+            names.append(loaded.abs_path)
+    except Exception:  # noqa: BLE001 - not installed / not found: try the loader
+        pass
+    names += ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
+    errors = []
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError as e:
+            errors.append(f"{name}: {e}")
+    else:
+        raise RuntimeError("libcublas not found (" + "; ".join(errors) + ")")
+    vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    for fn, args in (("cublasCreate_v2", [ctypes.POINTER(vp)]), ("cublasSetMathMode", [vp, i]),
+                     ("cublasSetStream_v2", [vp, vp]), ("cublasSetWorkspace_v2", [vp, vp, ctypes.c_size_t]),
+                     ("cublasGemmStridedBatchedEx", [vp, i, i, i, i, i, vp, vp, i, i, ll, vp, i, i, ll, vp, vp, i,
+                                                     i, ll, i, i, i])):
+        f = getattr(lib, fn)
+        f.argtypes, f.restype = args, i
+    return lib

@@ -142,7 +142,8 @@ def matmul(a, b, compute: str):
     base = {"A": int(a.data.ptr), "B": int(b.data.ptr), "C": int(c.data.ptr)}
     blas = Cublas.get()
     stream = int(cp.cuda.get_current_stream().ptr)
-    with _LOCK, blas.on_stream(stream):
+    with _LOCK:
+        blas.set_stream(stream)
         for gm in calls:
             blas.gemm(gm, base[gm.a[0]] + gm.a[1] * isz, dt, base[gm.b[0]] + gm.b[1] * isz, dt,
                       base[gm.c[0]] + gm.c[1] * isz, dt)

@@ -106,7 +106,8 @@ class ProgramRun:
 
     def _execute(self, steps, blas, stream_ptr: int) -> None:
         from .gemm import _LOCK  # the cuBLAS handle is shared with the engine's matmuls
-        with _LOCK, blas.on_stream(stream_ptr):
+        with _LOCK:
+            blas.set_stream(stream_ptr)
             for s in steps:
                 if s[0] == "gemm":
                     blas.gemm(*s[1:])
@@ -156,7 +157,8 @@ class ProgramRun:
                 finally:
                     graph = cap.end_capture()
             return graph
-        except Exception:  # capture unsupported here: stay eager (correct, slower)
+        except Exception as e:  # noqa: BLE001 - not capturable here: stay eager (correct, slower), logged
+            runtime.capture_failed(f"the {getattr(self.op, 'kind', '?')} program", e)
             return None
 
 

@@ -236,7 +236,8 @@ class FastPath:
                 lk(f, gx, gy, gz, bx, by, bz, shm, stream, pa, 0)
         try:
             g = runtime.graphs().capture(launch_all)
-        except Exception:  # noqa: BLE001 - not capturable here: this key keeps launching its kernels
+        except Exception as e:  # noqa: BLE001 - not capturable here: this key keeps launching its kernels
+            runtime.capture_failed("launch record", e)
             g = -1
         if gk in self.graphs:
             self.graphs[gk] = g

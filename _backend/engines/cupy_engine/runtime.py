@@ -8,6 +8,7 @@ source; CuPy's RawModule adds its own on-disk cache of the compiled code.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 
@@ -21,6 +22,10 @@ _TRACE = threading.local()  # .tracer: the records.Tracer of the execute running
 LAUNCHES = [0]
 _DUMPED: set = set()
 OPTIONS = ()
+# a child of the ``cudnn_compat`` logger; the NullHandler keeps logging's last-resort printer quiet
+# when the application configured no logging (a library does not print on its own)
+log = logging.getLogger("cudnn_compat.cupy_engine")
+log.addHandler(logging.NullHandler())
 
 
 def cupy():
@@ -156,6 +161,13 @@ def graphs() -> Graphs:
     if GRAPHS[0] is None:
         GRAPHS[0] = Graphs()
     return GRAPHS[0]
+
+
+def capture_failed(what: str, exc: BaseException) -> None:
+    """Log a CUDA-graph capture that raised, with the exception and its traceback: the caller
+    goes on without the graph (correct, slower), and a broken capture path must show."""
+    log.warning("%s: CUDA graph capture failed (%s: %s); launching without a graph", what,
+                type(exc).__name__, exc, exc_info=exc)
 
 
 def current_stream_function():
