@@ -387,8 +387,8 @@ def test_native_cudnn_handles_are_per_device(fake_cupy, monkeypatch):
 
 
 def _spec():
-    return types.SimpleNamespace(tensors={1: "x"}, ops=["Conv"], representative=lambda: "conv 1x1",
-                                 describe=lambda: "a convolution")
+    return types.SimpleNamespace(tensors={1: "x"}, ops=["Conv"], representative=lambda: (1.0, 0.0),
+                                 describe=lambda: "a convolution", workspace_limit=None)
 
 
 def test_autotune_choices_are_per_device(monkeypatch, tmp_path):
@@ -432,7 +432,8 @@ WRITER = textwrap.dedent('''
     w, kind, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     autotune._DEVICE_ID[0] = (kind, "9.0", 91000)  # this process's GPU (device 0 of its own view)
     spec = type("Spec", (), {})()
-    spec.ops, spec.representative, spec.describe = ["Conv"], (lambda: "conv"), (lambda: f"writer {w}")
+    spec.ops, spec.representative, spec.describe = ["Conv"], (lambda: (1.0, 0.0)), (lambda: f"writer {w}")
+    spec.workspace_limit = None  # planned for no call's workspace limit
     cfgs = [EngineConfig("cudnn", (), frozenset(), j) for j in (1, 2)]
     for i in range(n):
         spec.tensors = {1: f"x{i}"}  # a graph every process tunes (one entry per GPU kind)
