@@ -32,7 +32,8 @@ TOL = dict(rtol=1e-6, atol=1e-6)  # float32 data, float64 formulas: one float32 
 
 
 def host(a):
-    return a.get() if hasattr(a, "get") else np.asarray(a)
+    """A host copy: CuPy arrays by ``get``, the emulated GPU place's arrays (tests/host_emu.py) by ``host``."""
+    return a.get() if hasattr(a, "get") else np.array(a.host) if hasattr(a, "host") else np.asarray(a)
 
 
 # -- activation -------------------------------------------------------------------------------------
@@ -311,6 +312,39 @@ def test_batchnorm_running_variance_of_one_element_is_nan(axes, shape):
     assert np.isnan(wv).all() and np.isnan(out["next_running_var"]).all()
     np.testing.assert_allclose(out["next_running_mean"], wm, rtol=1e-12)
     np.testing.assert_allclose(out["y"], np.broadcast_to(bias, shape), rtol=1e-12)
+
+
+EMU_BN = [("PER_ACTIVATION", (3, 3, 2, 2), "BnRun"), ("SPATIAL", (2, 3, 2, 1), "RowRun"),
+          ("SPATIAL", (2, 3, 16, 24), "BnRun")]  # bn.py channels innermost / reduced innermost; row kernels
+
+
+@pytest.mark.parametrize("mode, shape, run", EMU_BN)
+def test_batchnorm_nan_rules_of_the_gpu_kernels_on_the_emulator(monkeypatch, mode, shape, run):
+    """The GPU scenarios below on the emulated GPU place (tests/host_emu.py: the cupy engine's
+    generated kernels run on the CPU): the NaN channel's running variance is NaN as in the
+    reference (a ``var > 0 ? var : 0`` clamp once made it finite), through both patterns of the
+    memory-speed kernels (bn.py) and the generic row kernels."""
+    import kernel_emu
+    if kernel_emu.available():
+        pytest.skip(kernel_emu.available())
+    import host_emu
+    monkeypatch.setenv("CUDNN_COMPAT_CPU_FALLBACK", "0")
+    emu, cpu = host_emu.Emu("emulate"), cc.cudnnCreate("cpu")
+    try:
+        ref = bn_case(cpu, np, mode, shape)
+        cc.plan_cache_clear()
+        xp = type("xp", (), {"array": staticmethod(lambda v: host_emu.EmuArray(np.array(v))),
+                             "full": staticmethod(lambda s, v, dt: host_emu.EmuArray(np.full(s, v, dt)))})
+        got = bn_case(emu.handle(), xp, mode, shape)
+        plan = cc._core.call.last_plan()
+    finally:
+        emu.restore()
+        cc.cudnnDestroy(cpu)
+    assert plan.engine == "cupy" and [type(r).__name__ for r in plan.runs] == [run]
+    assert np.isnan(ref["rvar"]).any() and not np.isnan(ref["rvar"]).all()
+    for k in ref:
+        np.testing.assert_array_equal(np.isnan(got[k]), np.isnan(ref[k]), err_msg=f"NaN places of {k}")
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=k)
 
 
 # -- RNN (CPU: the reference engine; the RNN GPU suite compares engines on finite data) ---------------

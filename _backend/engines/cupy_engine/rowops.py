@@ -209,6 +209,11 @@ def _count(x, axes) -> int:
     return n
 
 
+# E[d^2] - E[d]^2 may round below 0: clamp it, but let a NaN through (a NaN x makes its channel's
+# statistics NaN, as in reference/norm.py; ``var > 0 ? var : 0`` would turn it into 0).
+_CLAMP_VAR = "var = var < {T}(0) ? {T}(0) : var;"
+
+
 def _norm_forward(step):
     op = step.op
     x = op.inputs["x"]
@@ -223,7 +228,7 @@ def _norm_forward(step):
     spec.finalize = [f"const auto dm = st_s1 / {{T}}({m});",
                      "const auto mean = f_x + dm;",
                      f"auto var = st_s2 / {{T}}({m}) - dm * dm;",
-                     "var = var > {T}(0) ? var : {T}(0);",
+                     _CLAMP_VAR,
                      "const auto inv = {T}(1) / sqrt(var + sc_eps);",
                      "const auto ga = r_scale * inv;"]
     spec.apply = ["const auto v = (e_x - mean) * ga + r_bias;"]
@@ -261,7 +266,7 @@ def _norm_backward(step):
         state += [("s1", 0.0), ("s2", 0.0)]
         fin = [f"const auto dm = st_s1 / {{T}}({m});", "const auto mean = f_x + dm;",
                f"auto var = st_s2 / {{T}}({m}) - dm * dm;",
-               "var = var > {T}(0) ? var : {T}(0);",
+               _CLAMP_VAR,
                "const auto inv = {T}(1) / sqrt(var + sc_eps);"]
     spec.state = state
     spec.accumulate = ["{ " + " ".join(acc) + " }"]
