@@ -124,10 +124,13 @@ def write_json(prefix: str, payload: dict, out_dir: "str | None" = None, device:
 
 
 def git_commit(root: str = ROOT) -> str:
-    """The checkout's commit ("<sha>-dirty" when tracked files differ), else BENCH_GIT_COMMIT (a
-    tree copied without .git: ``BENCH_GIT_COMMIT=$(git rev-parse HEAD)`` where it was copied
-    from), else "unknown"."""
+    """BENCH_GIT_COMMIT when set (a copied tree: ``BENCH_GIT_COMMIT=$(git rev-parse HEAD)`` where it
+    was copied from; the copy's own .git, if any, may be another commit's), else the checkout's
+    commit ("<sha>-dirty" when tracked files differ), else "unknown"."""
     import subprocess
+    given = os.environ.get("BENCH_GIT_COMMIT", "").strip()
+    if given:
+        return given
     try:
         sha = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10).stdout.strip()
@@ -137,7 +140,7 @@ def git_commit(root: str = ROOT) -> str:
             return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get("BENCH_GIT_COMMIT", "").strip() or "unknown"
+    return "unknown"
 
 
 _STAMP: dict = {}

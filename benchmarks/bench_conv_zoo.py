@@ -33,7 +33,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import cuda_time, fmt_ms, meta, missing_gpu_stack, repo_on_path, strides, write_json  # noqa: E402
+from _common import cuda_time, fmt_ms, git_commit, meta, missing_gpu_stack, repo_on_path, strides, write_json  # noqa: E402
 
 repo_on_path()
 try:  # guarded so that --help works without a GPU stack
@@ -235,7 +235,7 @@ def main(argv=None) -> dict:
     torch.backends.cudnn.benchmark = True
     h, lh = cc.cudnnCreate("gpu"), L.Handle()
     from cudnn_compat._backend import config as _config
-    res = {"meta": meta(iters=args.iters, reps=args.reps, git=args.commit or _git(),
+    res = {"meta": meta(iters=args.iters, reps=args.reps, git=args.commit or git_commit(),
                         utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), layers={k: v[-1] for k, v in LAYERS.items()},
                         modes={k: dict(zip(("dtype", "layout", "math", "torch_tf32", "N"), v)) for k, v in MODES.items()},
                         autotune=_config.get("CUDNN_COMPAT_CUDNN_AUTOTUNE")),
@@ -286,15 +286,6 @@ def summary(rows) -> dict:
         out[f"slower_than_{k}"] = [f"{r['layer']} {r['dir']} {r['mode']} x{1 / r[f'{k}_over_ours']:.2f}"
                                    for r in have if r[f"{k}_over_ours"] < 0.98]
     return out
-
-
-def _git() -> str:
-    try:
-        import subprocess
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip() or "unknown"
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 if __name__ == "__main__":
