@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("CUDNN_COMPAT_CPU_FALLBACK", "0")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import cuda_time, device_name, fmt_ms, meta, missing_gpu_stack, rel_err, write_json  # noqa: E402
+from _common import cuda_time, device_name, fmt_ms, git_commit, meta, missing_gpu_stack, rel_err, write_json  # noqa: E402
 
 try:  # guarded so that --help works without a GPU stack; main() reports what is missing
     import torch  # noqa: E402
@@ -157,15 +157,6 @@ def err_reference(batch=2, tokens=48, embed=64, heads=4) -> float:
 
 
 SHAPES = [(32, 512, 512, 8), (32, 128, 512, 8), (8, 2048, 512, 8), (32, 512, 1024, 8)]  # head dims 64, 64, 64, 128
-
-
-def git_commit() -> str:
-    import subprocess
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    except Exception:  # noqa: BLE001 - no git (a copied tree)
-        return "unknown"
 
 
 def torch_sdpa_ms(shape, iters, reps) -> dict:
