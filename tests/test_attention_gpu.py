@@ -227,12 +227,14 @@ def emu(monkeypatch):
 
 
 @pytest.mark.parametrize("name, dtype, math", [("beam_all_to_one_padded", F16, cc.CUDNN_TENSOR_OP_MATH)])
-def test_three_calls_on_the_emulated_gpu_place(emu, name, dtype, math):
+def test_three_calls_on_the_emulated_gpu_place(emu, name, dtype, math, monkeypatch):
     import host_emu
     cpu = cc.cudnnCreate("cpu")
     kw = dict(CONFIGS[name])
-    want, engines = run_all(cpu, Setup(cpu, np.random.default_rng(3), dtype=dtype, math=math, **kw),
-                            lambda x: x.copy(), lambda x: x)
+    with monkeypatch.context() as m:  # the oracle: the reference engine (the CPU place's default is numpy)
+        m.setenv("CUDNN_COMPAT_ENGINE", "reference")
+        want, engines = run_all(cpu, Setup(cpu, np.random.default_rng(3), dtype=dtype, math=math, **kw),
+                                lambda x: x.copy(), lambda x: x)
     assert engines == ["reference"] * 3
     s = Setup(cpu, np.random.default_rng(3), dtype=dtype, math=math, **kw)
     got, engines = run_all(emu.handle(), s, lambda x: host_emu.EmuArray(x.copy()), lambda x: x.host)
