@@ -1149,3 +1149,37 @@ def test_repeated_fused_calls_replay_a_cuda_graph_with_z_aliasing_y(rng):
     assert launched + failed * 3 >= 3, plan_mod.STATS
     if failed:
         pytest.xfail(f"the fused plan's execute could not be captured ({failed}x); it executed directly")
+
+
+class _ArrayAttr(nlib.Descriptor):
+    """A Descriptor with no backend object whose descriptor-array attribute holds ``n`` elements
+    and whose element-count query answers ``count`` (libcudnn 9.19 answers 0 for
+    ENGINECFG_KNOB_CHOICES and ENGINE_KNOB_INFO)."""
+
+    def __init__(self, n, count):
+        self.kind, self.ptr, self._keep, self.n, self._count, self.asked = "ENGINECFG", None, [], n, count, []
+
+    def count(self, attr, attr_type):
+        if isinstance(self._count, Exception):
+            raise self._count
+        return self._count
+
+    def get_descriptors(self, attr, kind, count):
+        self.asked.append(count)
+        return [f"{kind}{i}" for i in range(min(count, self.n))]
+
+
+@pytest.mark.parametrize("count", [0, 2, nlib.CudnnStatusError("count", 3000, "")])
+def test_all_descriptors_does_not_trust_a_zero_or_failed_count(count):
+    d = _ArrayAttr(2, count)
+    got = d.all_descriptors("ENGINECFG_KNOB_CHOICES", "KNOB_CHOICE", nlib.KNOB_TYPE_COUNTS)
+    assert got == ["KNOB_CHOICE0", "KNOB_CHOICE1"]  # the heuristics' two knob choices survive
+    assert d.asked == [2 if count == 2 else nlib.KNOB_TYPE_COUNTS]
+
+
+def test_describe_and_knob_space_read_arrays_through_all_descriptors():
+    """Both knob readers ask for every element (a zero count must not drop the knobs)."""
+    import inspect
+    for fn in (cfgsel.describe, cfgsel.knob_space):
+        src = inspect.getsource(fn)
+        assert "all_descriptors(" in src and ".count(" not in src, fn.__name__

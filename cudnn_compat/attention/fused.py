@@ -173,19 +173,7 @@ def plan_for(device: int, which: str, spec) -> "object | str":
     from cudnn_compat._backend.engines.cudnn_engine import lib, sdpa
     try:
         handle = lib.handle_for(device, 0)
-        g = sdpa.fprop_graph(spec) if which == "fprop" else None
-        if g is not None:
-            got = sdpa.SdpaPlan(g, handle)
-        else:
-            errors = []
-            for variant in sdpa.BPROP_VARIANTS:
-                try:
-                    got = sdpa.SdpaPlan(sdpa.bprop_graph(spec, *variant), handle)
-                    break
-                except lib.CudnnStatusError as e:
-                    errors.append(f"variant {variant}: {e}")
-            else:
-                got = "; ".join(errors)
+        got = sdpa.SdpaPlan(sdpa.fprop_graph(spec) if which == "fprop" else sdpa.bprop_graph(spec), handle)
     except Exception as e:  # noqa: BLE001 - any failure to build is a decline with its text
         got = f"{type(e).__name__}: {e}"
     if isinstance(got, str):

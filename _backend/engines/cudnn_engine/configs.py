@@ -148,11 +148,7 @@ def describe(lib, engcfg, fallback: bool = False):
     if fallback:
         notes.add("FALLBACK")
     knobs = []
-    try:
-        nknobs = engcfg.count("ENGINECFG_KNOB_CHOICES", "BACKEND_DESCRIPTOR")
-    except lib.CudnnStatusError:
-        nknobs = lib.KNOB_TYPE_COUNTS
-    for kc in engcfg.get_descriptors("ENGINECFG_KNOB_CHOICES", "KNOB_CHOICE", nknobs):
+    for kc in engcfg.all_descriptors("ENGINECFG_KNOB_CHOICES", "KNOB_CHOICE", lib.KNOB_TYPE_COUNTS):
         try:
             ktype = kc.get("KNOB_CHOICE_KNOB_TYPE", "KNOB_TYPE")[0]
             kval = kc.get("KNOB_CHOICE_KNOB_VALUE", "INT64")[0]
@@ -270,11 +266,7 @@ def knob_space(lib, opgraph, index: int) -> list:
         engine.set("ENGINE_OPERATION_GRAPH", "BACKEND_DESCRIPTOR", opgraph)
         engine.set("ENGINE_GLOBAL_INDEX", "INT64", index)
         engine.finalize()
-        try:
-            n = engine.count("ENGINE_KNOB_INFO", "BACKEND_DESCRIPTOR")
-        except lib.CudnnStatusError:
-            n = lib.KNOB_TYPE_COUNTS
-        for ki in engine.get_descriptors("ENGINE_KNOB_INFO", "KNOB_INFO", n):
+        for ki in engine.all_descriptors("ENGINE_KNOB_INFO", "KNOB_INFO", lib.KNOB_TYPE_COUNTS):
             try:
                 ktype = ki.get("KNOB_INFO_TYPE", "KNOB_TYPE")[0]
                 lo = int(ki.get("KNOB_INFO_MINIMUM_VALUE", "INT64")[0])

@@ -280,6 +280,19 @@ class Descriptor:
         check(f"cudnnBackendGetAttribute({self.kind}, {attr}, count)", st)
         return int(n.value)
 
+    def all_descriptors(self, attr: str, kind: str, cap: int) -> list:
+        """Every element of a descriptor-array attribute.  The element-count query (a
+        GetAttribute with no array) is not reliable for every attribute: libcudnn 9.19 answers 0,
+        with success, for ENGINECFG_KNOB_CHOICES and ENGINE_KNOB_INFO, which silently dropped the
+        heuristics' knob choices (an SDPA bprop config with its defaults does not finalize, and a
+        convolution config ran the engine's default tiling).  So a count of 0 (or a failed count)
+        asks for ``cap`` elements, and cuDNN says how many it filled."""
+        try:
+            n = self.count(attr, "BACKEND_DESCRIPTOR")
+        except CudnnStatusError:
+            n = 0
+        return self.get_descriptors(attr, kind, n if n > 0 else cap)
+
     def get_descriptors(self, attr: str, kind: str, count: int) -> list:
         """Descriptor-typed attribute: pre-created ``kind`` descriptors filled by cuDNN."""
         outs = [Descriptor(kind) for _ in range(max(count, 0))]

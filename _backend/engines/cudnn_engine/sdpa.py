@@ -180,17 +180,12 @@ def fprop_graph(p: Sdpa, training: bool = True) -> NGraph:
     return g
 
 
-BPROP_VARIANTS = (  # (dQ through a float32 accumulator, Kᵀ -> K reshape output type, dO*O strides)
-    (True, "float32", "frontend"), (True, "float32", "packed"), (True, "float16", "frontend"),
-    (False, "float32", "frontend"))
-
-
-def bprop_graph(p: Sdpa, dq_accum: bool = True, k_type: str = "float32", doo: str = "frontend") -> NGraph:
-    """dQ, dK, dV from Q, K, V, O, dO and Stats (cudnn-frontend's CompositeSDPABackwardNode,
-    MHA, no dropout).  ``dq_accum``: dQ through a float32 accumulator (the frontend's choice on
-    cuDNN >= 9); ``k_type``: the type of the virtual K that Kᵀ is reshaped into (the frontend
-    leaves it to the intermediate type); ``doo``: the strides of the virtual dO*O product
-    ('frontend': theirs, else packed)."""
+def bprop_graph(p: Sdpa) -> NGraph:
+    """dQ, dK, dV from Q, K, V, O, dO and Stats: cudnn-frontend's CompositeSDPABackwardNode (MHA,
+    no dropout, cuDNN >= 9: dQ through a float32 accumulator), tensor for tensor: the dO*O
+    product with the frontend's strides, K re-viewed from Kᵀ as a float32 virtual, Pᵀ and dSᵀ
+    in the I/O type.  The engines (eng6/eng7 on sm90, libcudnn 9.19) finalize it only with the
+    knob choices the heuristics give (KERNEL_CFG; ``lib.Descriptor.all_descriptors``)."""
     g = NGraph()
     _inputs(g, p)
     g.ext(V, (p.b, p.h, p.dv, p.skv), _t(p.v), p.dtype)  # Vᵀ
@@ -202,11 +197,8 @@ def bprop_graph(p: Sdpa, dq_accum: bool = True, k_type: str = "float32", doo: st
     g.ext(DV, (p.b, p.h, p.skv, p.dv), p.v, p.dtype)
     g.ext(ONE, (1, 1, 1, 1), (1, 1, 1, 1), "float32", True)
     g.ext(SSUM, (p.b, p.h, p.sq, 1), p.stats_strides(), "float32")
-    if doo == "frontend":
-        prod = g.virt((p.b, p.h, p.sq, p.dv), "float32", (p.h * p.sq * p.dv, p.sq * p.dv, p.h * p.dv, 1))
-        g.pw("MUL", DO, O, out=prod)
-    else:
-        prod = g.pw("MUL", DO, O)
+    prod = g.virt((p.b, p.h, p.sq, p.dv), "float32", (p.h * p.sq * p.dv, p.sq * p.dv, p.h * p.dv, 1))
+    g.pw("MUL", DO, O, out=prod)
     g.pw("MUL", g.red("ADD", prod), ONE, out=SSUM)
     e = g.pw("EXP", _scores(g, p, STATS))
     tr = (p.b, p.h, p.skv, p.sq)
@@ -218,14 +210,10 @@ def bprop_graph(p: Sdpa, dq_accum: bool = True, k_type: str = "float32", doo: st
     ds = g.pw("MUL", ds, SCALE)
     dst = g.reshape(ds, tr, tr_st, p.dtype)
     g.mm(dst, Q, out=DK, **(dict(m=SEQ_KV, k=SEQ_Q) if p.padding else {}))
-    kk = g.reshape(K, (p.b, p.h, p.skv, p.dqk), p.k, k_type)
-    ov = dict(m=SEQ_Q, k=SEQ_KV) if p.padding else {}
-    if dq_accum:
-        g.ext(DQ_ACC, (p.b, p.h, p.sq, p.dqk), _packed((p.b, p.h, p.sq, p.dqk)), "float32")
-        g.mm(ds, kk, out=DQ_ACC, **ov)
-        g.pw("IDENTITY", DQ_ACC, out=DQ)
-    else:
-        g.mm(ds, kk, out=DQ, **ov)
+    kk = g.reshape(K, (p.b, p.h, p.skv, p.dqk), p.k, "float32")
+    g.ext(DQ_ACC, (p.b, p.h, p.sq, p.dqk), _packed((p.b, p.h, p.sq, p.dqk)), "float32")
+    g.mm(ds, kk, out=DQ_ACC, **(dict(m=SEQ_Q, k=SEQ_KV) if p.padding else {}))
+    g.pw("IDENTITY", DQ_ACC, out=DQ)
     return g
 
 
