@@ -320,3 +320,41 @@ def test_gpu_outside_the_fused_engine_falls_back_and_names_why(gpu, kw, words):
     declines = cc._core.call.last_plan().declines
     assert declines and declines[0][0] == fused.ENGINE and words in declines[0][1], declines
     cc.cudnnDestroy(cpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["full", "padding_causal", "head_dims_16_no_o_proj"])
+def test_gpu_repeated_calls_replay_cuda_graphs_that_read_the_current_data(gpu, name):
+    """The same three calls on the same device buffers, four times, with new inputs, weights and
+    dout written into those buffers before each step: the second step captures each call into a
+    CUDA graph and the later ones replay it; every step matches the reference of its own data."""
+    h, cupy = gpu
+    cpu = cc.cudnnCreate("cpu")
+    s = _setup(cpu, name)
+    rng = np.random.default_rng(21)
+    d = {n: cupy.asarray(x) for n, x in s.bufs.items()}
+    w, res = cupy.asarray(s.wbuf), cupy.zeros(s.rsize, cupy.uint8)
+    out = cupy.zeros(int(np.prod(s.out_shape)), cupy.float16)
+    g = {n: cupy.zeros(s.bufs[n].size, cupy.float16) for n in "qkv"}
+    dw, dd = cupy.zeros_like(w), cupy.zeros(out.size, cupy.float16)
+    before = {k for k, v in fused._GRAPHS.items() if isinstance(v, fused._Graph)}
+    for step in range(4):
+        for n in s.bufs:
+            s.bufs[n][...] = rng.standard_normal(s.bufs[n].shape).astype(s.bufs[n].dtype)
+            d[n].set(s.bufs[n])
+        s.wbuf[...] = (s.wbuf * rng.uniform(0.5, 1.5, s.wbuf.shape)).astype(s.wbuf.dtype)
+        w.set(s.wbuf)
+        dout = rng.standard_normal(out.size).astype(np.float16)
+        dd.set(dout)
+        want, _ = run_all(cpu, s, lambda x: x.copy(), lambda x: x, dout=dout)
+        cc.cudnnMultiHeadAttnForward(h, s.attn, -1, s.lo, s.hi, None, None, s.qd, d["q"], None, s.kd, d["k"], s.vd,
+                                     d["v"], s.od, out, s.wsize, w, 0, None, s.rsize, res)
+        cc.cudnnMultiHeadAttnBackwardData(h, s.attn, s.lo, s.hi, None, None, s.od, dd, s.qd, g["q"], d["q"], s.kd,
+                                          g["k"], d["k"], s.vd, g["v"], d["v"], s.wsize, w, 0, None, s.rsize, res)
+        cc.cudnnMultiHeadAttnBackwardWeights(h, s.attn, cc.CUDNN_WGRAD_MODE_SET, s.qd, d["q"], s.kd, d["k"], s.vd,
+                                             d["v"], s.od, dd, s.wsize, w, dw, 0, None, s.rsize, res)
+        got = {"out": out.get(), "dq": g["q"].get(), "dk": g["k"].get(), "dv": g["v"].get(), "dw": dw.get()}
+        compare(got, want, F16)
+    graphs = {k[2] for k, v in fused._GRAPHS.items() if isinstance(v, fused._Graph) and k not in before}
+    assert graphs == {"fwd", "bwd_data", "bwd_weights"}, fused._GRAPHS
+    cc.cudnnDestroy(cpu)

@@ -190,7 +190,12 @@ def _const(device: int, what: str, array: np.ndarray):
         hit = _CONST.get(key)
         if hit is not None:
             _CONST.move_to_end(key)
+            keep = getattr(_CAPTURE, "keep", None)
+            if keep is not None:  # a graph being captured reads it: it lives with the graph
+                keep.append(hit)
             return hit
+    if getattr(_CAPTURE, "stream", None) is not None:  # no host-to-device copy inside a capture
+        raise RuntimeError(f"device constant {what!r} not cached before the capture")
     with cupy.cuda.Device(device):
         hit = cupy.asarray(array)
     with _LOCK:
@@ -269,7 +274,135 @@ class Ran:
 
 
 def _stream(h):
+    """The stream the call's device work goes to: the handle's, or the capture stream while a
+    repeated call is being captured (``_replayed``)."""
+    cap = getattr(_CAPTURE, "stream", None)
+    if cap is not None:
+        import cupy
+        return cupy.cuda.ExternalStream(cap)
     return h.stream if h.stream is not None else contextlib.nullcontext()
+
+
+def _stream_ptr(h) -> int:
+    cap = getattr(_CAPTURE, "stream", None)
+    if cap is not None:
+        return cap
+    return int(h.stream.ptr) if h.stream is not None else 0
+
+
+# -- CUDA graphs of repeated calls ---------------------------------------------------------------
+# A fused call's device work is a dozen launches (projection GEMMs, bias adds, the SDPA plan,
+# copies) whose host cost (~0.5 ms) exceeds its device time at the issue's shapes.  A call is
+# keyed by everything its launches depend on (its signature and every device address it reads
+# or writes, the stream); the second call with a key captures its launches into a CUDA graph
+# (runtime.graphs(), the one capture implementation) and every later one replays it.  The
+# scratch it allocates comes from one block sized by the first call's allocations (nothing is
+# allocated while capturing) and lives with the graph.  A call made while the caller's stream
+# is itself being captured runs its launches into the caller's capture instead.
+
+REPLAY = True  # tests switch it off to compare
+_GRAPHS: OrderedDict = OrderedDict()  # key -> bytes the work allocated (seen once) | _Graph | "failed"
+_GRAPHS_MAX = 8
+_CAPTURE = threading.local()  # .stream: the capture stream; .keep: device arrays the graph reads
+
+
+class _Graph:
+    __slots__ = ("exe", "keep")
+
+    def __init__(self, exe, keep):
+        self.exe, self.keep = exe, keep
+
+
+def _allocator(sizes: "list | None" = None, block=None):
+    """A CuPy allocator that records the sizes asked of the current one (``sizes``), or hands
+    out 512-byte aligned slices of ``block`` (MemoryError past its end)."""
+    import cupy
+    get = getattr(cupy.cuda, "get_allocator", None)
+    base = get() if get is not None else cupy.get_default_memory_pool().malloc
+    if block is None:
+        def record(size):
+            sizes.append(int(size))
+            return base(size)
+        return record
+    used = [0]
+
+    def bump(size):
+        start, used[0] = used[0], used[0] + -(-int(size) // 512) * 512
+        if used[0] > block.mem.size:
+            raise MemoryError("fused attention capture: more scratch than the first call used")
+        return block + start
+    return bump
+
+
+def _replayed(h, key: tuple, work, held=()) -> None:
+    """Run ``work()`` (the call's device work, on ``_stream(h)``), or replay its CUDA graph."""
+    import cupy
+    from cudnn_compat._backend.engines.cupy_engine import runtime
+    sptr = int(h.stream.ptr) if h.stream is not None else 0
+    graphs = runtime.graphs()
+    if not REPLAY or graphs.capturing(sptr):
+        work()
+        return
+    key = (h.device, sptr) + key
+    got = _GRAPHS.get(key)
+    if got is None:  # first call: run it, measuring its scratch
+        sizes: list = []
+        with cupy.cuda.using_allocator(_allocator(sizes)):
+            work()
+        with _LOCK:
+            _GRAPHS[key] = sum(-(-s // 512) * 512 for s in sizes)
+            _evict()
+        return
+    if isinstance(got, int):  # second call: capture, then replay
+        got = _capture(h, work, got, held, graphs, runtime)
+        with _LOCK:
+            _GRAPHS[key] = got
+    if isinstance(got, _Graph):
+        with cupy.cuda.Device(h.device):
+            graphs.launch(got.exe, sptr)
+        with _LOCK:
+            _GRAPHS.move_to_end(key)
+    else:
+        work()
+
+
+def _capture(h, work, nbytes: int, held, graphs, runtime) -> "_Graph | str":
+    import cupy
+    from cudnn_compat._backend.engines.cudnn_engine import lib
+    keep = list(held)
+    try:
+        with cupy.cuda.Device(h.device):
+            lib.handle_for(h.device, graphs.capture_stream().ptr)  # made before capturing (cudnnCreate allocates)
+            block = cupy.empty(max(nbytes, 512), cupy.uint8).data
+            keep.append(block)
+
+            def launch_all(cap):
+                _CAPTURE.stream, _CAPTURE.keep = cap, keep
+                try:
+                    with cupy.cuda.using_allocator(_allocator(block=block)):
+                        work()
+                finally:
+                    _CAPTURE.stream = _CAPTURE.keep = None
+            return _Graph(graphs.capture(launch_all), keep)
+    except Exception as e:  # noqa: BLE001 - the call runs without a graph, and the failure is logged
+        runtime.capture_failed("fused attention", e)
+        return "failed"
+
+
+def _evict() -> None:
+    """Keep ``_GRAPHS_MAX`` keys (under _LOCK): a dropped graph is destroyed after the device
+    finished what was launched (its scratch goes back to the pool)."""
+    while len(_GRAPHS) > _GRAPHS_MAX:
+        _, got = _GRAPHS.popitem(last=False)
+        if isinstance(got, _Graph):
+            import cupy
+            from cudnn_compat._backend.engines.cupy_engine import runtime
+            cupy.cuda.runtime.deviceSynchronize()
+            runtime.graphs().destroy(got.exe)
+
+
+def _addresses(*bufs) -> tuple:
+    return tuple(None if b is None else bg.address(b) for b in bufs)
 
 
 def _sdpa_run(h, a, c: Core, q, k, plan, ptrs: dict):
@@ -284,7 +417,7 @@ def _sdpa_run(h, a, c: Core, q, k, plan, ptrs: dict):
         ptrs[sdpa.SEQ_KV] = _const(h.device, "lk", len_k).data.ptr
     values = {sdpa.SCALE: a.smScaler, sdpa.NEG: float("-inf"), sdpa.WIN: float(c.band.window), sdpa.ONE: 1.0}
     ws = cupy.empty(max(plan.workspace, 1), cupy.uint8)
-    sptr = int(h.stream.ptr) if h.stream is not None else 0
+    sptr = _stream_ptr(h)
     with _device_lock(h.device):
         plan.execute(lib.handle_for(h.device, sptr), ptrs, values, ws.data.ptr)
 
@@ -315,12 +448,30 @@ def _project(x4, w, b, out=None):
     import cupy
     x2 = x4.reshape(-1, x4.shape[-1]) if x4.flags.c_contiguous else cupy.ascontiguousarray(x4).reshape(-1, x4.shape[-1])
     y = _mm(x2, w.T)
-    if b is not None:
-        y += b
+    _add_bias(y, b)
     if out is not None:
         out[...] = y
         return out
     return y
+
+
+_BIAS_SRC = "y = y + b[i % n]"  # y: a C-contiguous [rows, n] matrix, b: [n]
+_BIAS: list = [None]
+
+
+def _add_bias(y, b) -> None:
+    """y += b over the rows of the contiguous matrix ``y`` (a row-index kernel: CuPy's broadcast
+    add of a [n] vector over [rows, n] fp16 runs at a third of the memory bandwidth, 41 us of
+    the forward's 287 at B32 T512 E512 on the H200)."""
+    if b is None:
+        return
+    import cupy
+    if _BIAS[0] is None:
+        _BIAS[0] = cupy.ElementwiseKernel("raw T b, int64 n", "T y", _BIAS_SRC, "cudnn_compat_add_row_bias")
+    if not y.flags.c_contiguous or b.ndim != 1 or y.shape[-1] != b.shape[0]:
+        y += b
+        return
+    _BIAS[0](b, b.shape[0], y)
 
 
 def _col_sum(g2):
@@ -340,37 +491,41 @@ def forward(h, a, c: Core, plan, q, k, v, o, queries, keys, values, out, residua
     import cupy
     from cudnn_compat._backend.engines.cudnn_engine import sdpa
     hh, p, pv = a.nHeads, a.qProjSize, a.vProjSize
-    with cupy.cuda.Device(h.device), _stream(h):
-        wt = Weights(a, weights)
-        if reserve is not None:
-            r = _regions(a, c, reserve)
-            qp, kp, vp = r["qp"].reshape(-1, hh * p), r["kp"].reshape(-1, hh * p), r["vp"].reshape(-1, hh * pv)
-            oh, stats = r["o"].reshape(-1, hh * pv), r["stats"]
-            mview = _flat(reserve, mask.nbytes, mask.dtype)
-            mview[...] = mask.reshape(-1)  # the graph path's BackwardWeights reads the window mask here
-        else:
-            qp = kp = vp = None
-            oh = cupy.empty((c.b * c.tq, hh * pv), cupy.float16)
-            stats = cupy.empty(c.b * hh * c.tq, cupy.float32)
-        qp = _project(_seq(queries, q, a.qSize), wt.w("Q"), wt.b("Q"), qp)
-        kp = _project(_seq(keys, k, a.kSize), wt.w("K"), wt.b("K"), kp)
-        vp = _project(_seq(values, v, a.vSize), wt.w("V"), wt.b("V"), vp)
-        ptrs = {sdpa.Q: qp.data.ptr, sdpa.K: kp.data.ptr, sdpa.V: vp.data.ptr, sdpa.O: oh.data.ptr,
-                sdpa.STATS: stats.data.ptr}
-        _sdpa_run(h, a, c, q, k, plan, ptrs)
-        if wt.has_o():
-            y = _mm(oh, cupy.ascontiguousarray(wt.wo3().transpose(0, 2, 1)).reshape(hh * pv, -1))
-            bo = wt.b("O")
-            if bo is not None:
-                y += bo
-        else:
-            y = oh.copy() if reserve is not None else oh
-        y = y.reshape(c.b, c.tq, -1)
-        if residuals is not None:
-            y += _seq(residuals, q, a.qSize).reshape(c.b, c.tq, -1)
-        if c.padding:
-            y = cupy.where(_row_masks(h, c, q, k)[0], y, 0)
-        _seq(out, o, a.o_size)[...] = y.reshape(o.dimA[BATCH], o.dimA[BEAM], c.tq, -1)
+
+    def work():
+        with cupy.cuda.Device(h.device), _stream(h):
+            wt = Weights(a, weights)
+            if reserve is not None:
+                r = _regions(a, c, reserve)
+                qp, kp, vp = r["qp"].reshape(-1, hh * p), r["kp"].reshape(-1, hh * p), r["vp"].reshape(-1, hh * pv)
+                oh, stats = r["o"].reshape(-1, hh * pv), r["stats"]
+                mview = _flat(reserve, mask.nbytes, mask.dtype)
+                mview[...] = mask.reshape(-1)  # the graph path's BackwardWeights reads the window mask here
+            else:
+                qp = kp = vp = None
+                oh = cupy.empty((c.b * c.tq, hh * pv), cupy.float16)
+                stats = cupy.empty(c.b * hh * c.tq, cupy.float32)
+            qp = _project(_seq(queries, q, a.qSize), wt.w("Q"), wt.b("Q"), qp)
+            kp = _project(_seq(keys, k, a.kSize), wt.w("K"), wt.b("K"), kp)
+            vp = _project(_seq(values, v, a.vSize), wt.w("V"), wt.b("V"), vp)
+            ptrs = {sdpa.Q: qp.data.ptr, sdpa.K: kp.data.ptr, sdpa.V: vp.data.ptr, sdpa.O: oh.data.ptr,
+                    sdpa.STATS: stats.data.ptr}
+            _sdpa_run(h, a, c, q, k, plan, ptrs)
+            if wt.has_o():
+                y = _mm(oh, cupy.ascontiguousarray(wt.wo3().transpose(0, 2, 1)).reshape(hh * pv, -1))
+                _add_bias(y, wt.b("O"))
+            else:
+                y = oh.copy() if reserve is not None else oh
+            y = y.reshape(c.b, c.tq, -1)
+            if residuals is not None:
+                y += _seq(residuals, q, a.qSize).reshape(c.b, c.tq, -1)
+            if c.padding:
+                y = cupy.where(_row_masks(h, c, q, k)[0], y, 0)
+            _seq(out, o, a.o_size)[...] = y.reshape(o.dimA[BATCH], o.dimA[BEAM], c.tq, -1)
+
+    _replayed(h, ("fwd", sig, id(plan), q.key(), k.key(), v.key(), o.key()) + _addresses(queries, keys, values, out, residuals, weights, reserve,
+                                                     mask if reserve is not None else None), work,
+              held=(mask,) if reserve is not None else ())
     if reserve is not None:
         with _LOCK:
             _RESERVES[(h.device, bg.address(reserve))] = [sig, False, c]
@@ -403,35 +558,41 @@ def backward_data(h, a, c: Core, plan, q, k, v, o, dout, dqueries, dkeys, dvalue
     import cupy
     from cudnn_compat._backend.engines.cudnn_engine import sdpa
     hh, p, pv = a.nHeads, a.qProjSize, a.vProjSize
-    with cupy.cuda.Device(h.device), _stream(h):
-        wt = Weights(a, weights)
-        r = _regions(a, c, reserve)
-        dy = _seq(dout, o, a.o_size).reshape(c.b, c.tq, -1)
-        if c.padding:
-            rq, rk = _row_masks(h, c, q, k)
-            dy = cupy.where(rq, dy, 0)
-        dy = cupy.ascontiguousarray(dy).reshape(c.b * c.tq, -1)
-        if wt.has_o():
-            dh = _mm(dy, cupy.ascontiguousarray(wt.wo3().transpose(1, 0, 2)).reshape(-1, hh * pv))
-        else:
-            dh = dy
-        dq_acc = cupy.zeros(c.b * hh * c.tq * p, cupy.float32)
-        ssum = cupy.empty(c.b * hh * c.tq, cupy.float32)
-        ptrs = {sdpa.Q: r["qp"].data.ptr, sdpa.K: r["kp"].data.ptr, sdpa.V: r["vp"].data.ptr, sdpa.O: r["o"].data.ptr,
-                sdpa.STATS: r["stats"].data.ptr, sdpa.DO: dh.data.ptr, sdpa.DQ: r["dqp"].data.ptr,
-                sdpa.DK: r["dkp"].data.ptr, sdpa.DV: r["dvp"].data.ptr, sdpa.SSUM: ssum.data.ptr,
-                sdpa.DQ_ACC: dq_acc.data.ptr}
-        _sdpa_run(h, a, c, q, k, plan, ptrs)
-        dqp, dkp, dvp = (r[n].reshape(c.b, -1, r[n].size // (c.b * (c.tq if n == "dqp" else c.tk)))
-                         for n in ("dqp", "dkp", "dvp"))
-        if c.padding:  # rows past the lengths: no gradient (the kernel leaves them unwritten)
-            dqp[...] = cupy.where(rq, dqp, 0)
-            dkp[...] = cupy.where(rk, dkp, 0)
-            dvp[...] = cupy.where(rk, dvp, 0)
-        for grad, buf, d, size, which in ((dqp, dqueries, q, a.qSize, "Q"), (dkp, dkeys, k, a.kSize, "K"),
-                                          (dvp, dvalues, v, a.vSize, "V")):
-            x = _mm(grad.reshape(-1, grad.shape[-1]), wt.w(which))
-            _seq(buf, d, size)[...] = x.reshape(d.dimA[BATCH], d.dimA[BEAM], d.dimA[TIME], size)
+
+    def work():
+        with cupy.cuda.Device(h.device), _stream(h):
+            wt = Weights(a, weights)
+            r = _regions(a, c, reserve)
+            dy = _seq(dout, o, a.o_size).reshape(c.b, c.tq, -1)
+            if c.padding:
+                rq, rk = _row_masks(h, c, q, k)
+                dy = cupy.where(rq, dy, 0)
+            dy = cupy.ascontiguousarray(dy).reshape(c.b * c.tq, -1)
+            if wt.has_o():
+                dh = _mm(dy, cupy.ascontiguousarray(wt.wo3().transpose(1, 0, 2)).reshape(-1, hh * pv))
+            else:
+                dh = dy
+            dq_acc = cupy.zeros(c.b * hh * c.tq * p, cupy.float32)
+            ssum = cupy.empty(c.b * hh * c.tq, cupy.float32)
+            ptrs = {sdpa.Q: r["qp"].data.ptr, sdpa.K: r["kp"].data.ptr, sdpa.V: r["vp"].data.ptr,
+                    sdpa.O: r["o"].data.ptr, sdpa.STATS: r["stats"].data.ptr, sdpa.DO: dh.data.ptr,
+                    sdpa.DQ: r["dqp"].data.ptr, sdpa.DK: r["dkp"].data.ptr, sdpa.DV: r["dvp"].data.ptr,
+                    sdpa.SSUM: ssum.data.ptr, sdpa.DQ_ACC: dq_acc.data.ptr}
+            _sdpa_run(h, a, c, q, k, plan, ptrs)
+            dqp, dkp, dvp = (r[n].reshape(c.b, -1, r[n].size // (c.b * (c.tq if n == "dqp" else c.tk)))
+                             for n in ("dqp", "dkp", "dvp"))
+            if c.padding:  # rows past the lengths: no gradient (the kernel leaves them unwritten)
+                dqp[...] = cupy.where(rq, dqp, 0)
+                dkp[...] = cupy.where(rk, dkp, 0)
+                dvp[...] = cupy.where(rk, dvp, 0)
+            for grad, buf, d, size, which in ((dqp, dqueries, q, a.qSize, "Q"), (dkp, dkeys, k, a.kSize, "K"),
+                                              (dvp, dvalues, v, a.vSize, "V")):
+                x = _mm(grad.reshape(-1, grad.shape[-1]), wt.w(which))
+                _seq(buf, d, size)[...] = x.reshape(d.dimA[BATCH], d.dimA[BEAM], d.dimA[TIME], size)
+
+    _replayed(h, ("bwd_data", _RESERVES[(h.device, bg.address(reserve))][0], id(plan), q.key(), k.key(), v.key(),
+                  o.key())
+              + _addresses(dout, dqueries, dkeys, dvalues, weights, reserve), work)
     with _LOCK:
         _RESERVES[(h.device, bg.address(reserve))][1] = True
     return Ran("cudnn", f"sdpa bprop {plan.config}", workspace_size=plan.workspace)
@@ -440,33 +601,39 @@ def backward_data(h, a, c: Core, plan, q, k, v, o, dout, dqueries, dkeys, dvalue
 def backward_weights(h, a, c: Core, q, k, v, o, queries, keys, values, dout, dweights, reserve, add: bool) -> Ran:
     import cupy
     hh, pv = a.nHeads, a.vProjSize
-    with cupy.cuda.Device(h.device), _stream(h):
-        dw = Weights(a, dweights)
-        r = _regions(a, c, reserve)
 
-        def put(dst, val):
-            if add:
-                dst += val.astype(dst.dtype)
-            else:
-                dst[...] = val
+    def work():
+        with cupy.cuda.Device(h.device), _stream(h):
+            dw = Weights(a, dweights)
+            r = _regions(a, c, reserve)
 
-        for which, grad, buf, d, size in (("Q", r["dqp"], queries, q, a.qSize), ("K", r["dkp"], keys, k, a.kSize),
-                                          ("V", r["dvp"], values, v, a.vSize)):
-            w = dw.w(which)
-            g2 = grad.reshape(-1, w.shape[0])
-            x2 = cupy.ascontiguousarray(_seq(buf, d, size)).reshape(-1, size)
-            put(w, _mm(g2.T, x2))
-            bias = dw.b(which)
-            if bias is not None:
-                put(bias, _col_sum(g2))
-        if dw.has_o():
-            dy = _seq(dout, o, a.o_size).reshape(c.b, c.tq, -1)
-            if c.padding:
-                dy = cupy.where(_row_masks(h, c, q, k)[0], dy, 0)
-            dy = cupy.ascontiguousarray(dy).reshape(c.b * c.tq, -1)
-            g = _mm(dy.T, r["o"].reshape(-1, hh * pv))  # [Po, H*Pv]
-            put(dw.wo3(), g.reshape(-1, hh, pv).transpose(1, 0, 2))
-            bias = dw.b("O")
-            if bias is not None:
-                put(bias, _col_sum(dy))
+            def put(dst, val):
+                if add:
+                    dst += val.astype(dst.dtype)
+                else:
+                    dst[...] = val
+
+            for which, grad, buf, d, size in (("Q", r["dqp"], queries, q, a.qSize), ("K", r["dkp"], keys, k, a.kSize),
+                                              ("V", r["dvp"], values, v, a.vSize)):
+                w = dw.w(which)
+                g2 = grad.reshape(-1, w.shape[0])
+                x2 = cupy.ascontiguousarray(_seq(buf, d, size)).reshape(-1, size)
+                put(w, _mm(g2.T, x2))
+                bias = dw.b(which)
+                if bias is not None:
+                    put(bias, _col_sum(g2))
+            if dw.has_o():
+                dy = _seq(dout, o, a.o_size).reshape(c.b, c.tq, -1)
+                if c.padding:
+                    dy = cupy.where(_row_masks(h, c, q, k)[0], dy, 0)
+                dy = cupy.ascontiguousarray(dy).reshape(c.b * c.tq, -1)
+                g = _mm(dy.T, r["o"].reshape(-1, hh * pv))  # [Po, H*Pv]
+                put(dw.wo3(), g.reshape(-1, hh, pv).transpose(1, 0, 2))
+                bias = dw.b("O")
+                if bias is not None:
+                    put(bias, _col_sum(dy))
+
+    _replayed(h, ("bwd_weights", _RESERVES[(h.device, bg.address(reserve))][0], add, q.key(), k.key(), v.key(),
+                  o.key())
+              + _addresses(queries, keys, values, dout, dweights, reserve), work)
     return Ran("cudnn", "sdpa weight gradients (cuBLAS)")

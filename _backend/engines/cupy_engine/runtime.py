@@ -121,13 +121,18 @@ class Graphs:
     def __init__(self):
         self._streams: dict = {}
 
-    def capture(self, launch_all) -> int:
+    def capture_stream(self):
+        """The side stream captures run on, for the current device (made on first use)."""
         cp = cupy()
-        rt = cp.cuda.runtime
-        dev = rt.getDevice()
+        dev = cp.cuda.runtime.getDevice()
         cap = self._streams.get(dev)
         if cap is None:
             cap = self._streams[dev] = cp.cuda.Stream(non_blocking=True)
+        return cap
+
+    def capture(self, launch_all) -> int:
+        rt = cupy().cuda.runtime
+        cap = self.capture_stream()
         graph = 0
         try:
             rt.streamBeginCapture(cap.ptr)
