@@ -413,3 +413,12 @@ def test_generated_kernels_match_the_reference_on_the_cpu(make):
         assert np.array_equal(np.isnan(want), np.isnan(got))
         fin = np.isfinite(want)
         assert np.linalg.norm((got - want)[fin]) <= tol * max(np.linalg.norm(want[fin]), 1e-30), t.name
+
+
+@pytest.mark.parametrize("arch", [b"compute_90", b"sm_90", b"sm_80"])
+def test_fused_attention_bias_kernel_compiles(arch):
+    """The fused attention path's row-bias kernel (attention/fused.py BIAS_SRC: inline PTX
+    add.rn.f16x2) compiles and, with an sm_ arch, assembles."""
+    from cudnn_compat.attention import fused
+    err, log = _compile(_nvrtc(), fused.BIAS_KERNEL, fused.BIAS_SRC, arch)
+    assert err == 0, log

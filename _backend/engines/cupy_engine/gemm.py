@@ -22,6 +22,7 @@ wherever the strides allow (one unit stride per matrix, batch dims that merge to
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -65,6 +66,7 @@ def _batch_strides(shape, strides, batch) -> tuple:
     return tuple(0 if n == 1 else s for n, s in own)
 
 
+@functools.lru_cache(maxsize=4096)
 def gemm_calls(a_shape, a_strides, b_shape, b_strides, compute: str) -> tuple:
     """(C shape, [cublas.Gemm]) computing the row-major C = A @ B (NumPy matmul broadcasting over the
     batch dims; C packed) as column-major calls C^T = B^T A^T: cuBLAS operand 'a' is B, 'b' is A,
@@ -118,9 +120,10 @@ def _elem_strides(x) -> tuple:
     return tuple(s // x.itemsize for s in x.strides) if all(s % x.itemsize == 0 for s in x.strides) else None
 
 
-def matmul(a, b, compute: str):
-    """C = a @ b (CuPy arrays of one float dtype, NumPy broadcasting; C a new packed array) on
-    cuBLAS with ``compute`` 'float32' | 'tf32' | 'float64' (math_policy.gemm_compute)."""
+def matmul(a, b, compute: str, out=None):
+    """C = a @ b (CuPy arrays of one float dtype, NumPy broadcasting; C a new packed array, or
+    ``out`` when it is a C-contiguous array of C's shape and dtype) on cuBLAS with ``compute``
+    'float32' | 'tf32' | 'float64' (math_policy.gemm_compute)."""
     cp = runtime.cupy()
     from .cublas import Cublas
     ops = []
@@ -133,10 +136,14 @@ def matmul(a, b, compute: str):
             st = _elem_strides(x)
         ops.append((x, st))
     (a, sa), (b, sb) = ops
-    c_shape, calls = gemm_calls(a.shape, sa, b.shape, sb, compute)
+    c_shape, calls = gemm_calls(tuple(a.shape), tuple(sa), tuple(b.shape), tuple(sb), compute)
+    fits = out is not None and out.shape == tuple(c_shape) and out.dtype == a.dtype and out.flags.c_contiguous
     if not calls:
+        if fits:
+            out.fill(0)
+            return out
         return cp.zeros(c_shape, dtype=a.dtype)
-    c = cp.empty(c_shape, dtype=a.dtype)
+    c = out if fits else cp.empty(c_shape, dtype=a.dtype)
     dt = "float64" if a.dtype == cp.float64 else ("float16" if a.dtype == cp.float16 else "float32")
     isz = a.itemsize
     base = {"A": int(a.data.ptr), "B": int(b.data.ptr), "C": int(c.data.ptr)}
@@ -147,6 +154,9 @@ def matmul(a, b, compute: str):
         for gm in calls:
             blas.gemm(gm, base[gm.a[0]] + gm.a[1] * isz, dt, base[gm.b[0]] + gm.b[1] * isz, dt,
                       base[gm.c[0]] + gm.c[1] * isz, dt)
+    if out is not None and c is not out:
+        out[...] = c
+        return out
     return c
 
 
