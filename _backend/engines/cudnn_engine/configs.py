@@ -102,11 +102,17 @@ def _in_class(cfg: EngineConfig, cls: str, deterministic: bool) -> bool:
 def for_algo(configs: list, algo: "str | None", workspace: "dict | None" = None, zero_workspace: bool = False) -> list:
     """``configs`` (heuristics order) narrowed to the legacy algorithm's numerical class; with
     ``zero_workspace`` only the configs ``workspace`` (config -> bytes) reports needing none
-    (possibly none at all: the engine then declines), deterministic ones only when there are
-    any (the algorithm then reports DETERMINISTIC, as deterministic callers with no workspace need)."""
+    (possibly none at all: the engine then declines).  Among those, an algorithm 002 documents
+    as deterministic (IMPLICIT_GEMM, or none named) takes deterministic configs when there are
+    any; the nondeterministic ALGO_0s keep the atomics engines too, which is what the real
+    library runs for them (BWD_DATA_ALGO_0 fp32 NCHW FMA at 1x1/2 256->512: 0.20 ms, the best
+    deterministic zero-workspace config 0.59 ms on the H200), and the autotune takes the
+    fastest; Find reports its determinism.  Deterministic callers name ALGO_1 (CuPy 13's
+    ``deterministic=True``, Chainer's ``cudnn_deterministic``)."""
     if zero_workspace:
         configs = [c for c in configs if (workspace or {}).get(c) == 0]
-        configs = [c for c in configs if "NONDETERMINISTIC" not in c.notes] or configs
+        if algo is None or algo not in NONDETERMINISTIC_ALGOS:
+            configs = [c for c in configs if "NONDETERMINISTIC" not in c.notes] or configs
     if algo is None:
         return list(configs)
     deterministic = algo not in NONDETERMINISTIC_ALGOS
