@@ -16,7 +16,7 @@ plan-cache lookup, binding) and, on the GPU, the engine's launch path.
   --place gpu   the default engines on a GPU handle with CuPy buffers (the native ``cudnn``
                 engine for convolutions, the ``cupy`` engine's launch records for the rest),
                 next to the same call on the real legacy libcudnn where libcudnn 9 still
-                exports it, called from Python through ctypes (``_backend/legacy_cudnn.py``):
+                exports it, called from Python through ctypes (``cudnn_compat/_backend/legacy_cudnn.py``):
                 the column "legacy via ctypes", which includes the cost of a ctypes call itself;
                 that cost alone (a cudnnGetStream through the same path) is the "ctypes call"
                 figure (``ctypes_call_us``), so legacy C's own host cost is roughly the

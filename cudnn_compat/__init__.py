@@ -8,30 +8,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os as _os
-import sys as _sys
-
-
-def _graph_layer_from_checkout() -> None:
-    """The graph layer's source folder is the repository's ``_backend/``; a wheel installs it as
-    ``cudnn_compat._backend`` (pyproject ``package-dir``).  Run from a source checkout (no install),
-    load that folder under the same name, so there is one copy of it either way."""
-    name = __name__ + "._backend"
-    if name in _sys.modules or _os.path.isdir(_os.path.join(__path__[0], "_backend")):
-        return
-    import importlib.util
-    folder = _os.path.join(_os.path.dirname(_os.path.abspath(__path__[0])), "_backend")
-    if importlib.util.find_spec(name) is not None:  # an (editable) install maps it already
-        return
-    spec = importlib.util.spec_from_file_location(name, _os.path.join(folder, "__init__.py"),
-                                                  submodule_search_locations=[folder])
-    module = importlib.util.module_from_spec(spec)
-    _sys.modules[name] = module
-    spec.loader.exec_module(module)
-    globals()["_backend"] = module  # what the import system does for a submodule it loads
-
-
-_graph_layer_from_checkout()
 
 from cudnn_compat._backend import config as _backend_config
 from cudnn_compat._backend.plan_cache import CACHE as _CACHE
@@ -40,7 +16,7 @@ from . import enums as _enums
 from ._core.registry import LEGACY, exported
 from .errors import STATUS, CuDNNArgumentError, CuDNNError, getErrorString  # noqa: F401
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401 - the one place it is written
 
 # Family modules register their functions with ``_core.registry.legacy`` on import.
 _FAMILIES = ["handle", "tensor", "tensor_ops", "convolution.descriptor", "convolution.api", "activation", "softmax",
@@ -91,8 +67,8 @@ def _configure_logging() -> None:
 
 _backend_config.validate()  # every CUDNN_COMPAT_* value not understood warns now, once
 _configure_logging()
-from ._core import log as _logging  # noqa: E402 - cuDNN's CUDNN_LOG{INFO,WARN,ERR}_DBG / CUDNN_LOGDEST_DBG
-_logging.configure_from_environment()
+from . import misc as _misc  # noqa: E402 - cuDNN's CUDNN_LOG{INFO,WARN,ERR}_DBG / CUDNN_LOGDEST_DBG
+_misc.configure_from_environment()
 
 
 def last_engine() -> "str | None":

@@ -2,7 +2,7 @@
 ForwardInference, §4.1.4 ForwardTraining, §4.1.2 Backward, §4.1.5/§4.1.3 the Ex variants,
 §4.1.8-§4.1.10 their workspace and reserve queries; inventory §2.7).
 
-Each call is one graph: NormForward / NormBackward (see _backend/ops/resample_norm.py for
+Each call is one graph: NormForward / NormBackward (see cudnn_compat/_backend/ops/resample_norm.py for
 roles and attrs) followed by the alpha/beta blends.  epsilon and the exponential average
 factor travel as by-value scalars, so calls that differ only in them share a plan.
   Inference  inv = rsqrt(estimatedVariance + eps) (two Pointwise ops), then NormForward

@@ -1,7 +1,7 @@
 """CTC loss (002 §8.2.2 cudnnCreateCTCLossDescriptor, §8.2.5 Destroy, §8.2.25-§8.2.27
 SetCTCLossDescriptor/Ex/_v8, §8.2.9-§8.2.11 Get.../Ex/_v8, §8.2.12/§8.2.13
 GetCTCLossWorkspaceSize(_v8), §8.2.3 cudnnCTCLoss, §8.2.4 cudnnCTCLoss_v8), each call one
-graph of the composite ``CTCLoss`` op (_backend/ops/ctc_sampler.py says why it is one op).
+graph of the composite ``CTCLoss`` op (cudnn_compat/_backend/ops/ctc_sampler.py says why it is one op).
 
 probs is a [T, N, A] tensor (time, batch, alphabet); label 0 is the blank.  Labels are
 concatenated per sample (sample n's hostLabelLengths[n] labels follow sample n-1's), as in

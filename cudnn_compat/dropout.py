@@ -4,7 +4,7 @@ DropoutGetStatesSize, §3.2.35 DropoutGetReserveSpaceSize, §3.2.80 SetDropoutDe
 §4.1.7 DropoutBackward).
 
 The mask is a pure function of (seed, offset, shape): an ``Rng`` op (Philox4x32-10, exact
-definition in _backend/ops/rnn.py) draws it, so every engine, CPU or GPU, gives the
+definition in cudnn_compat/_backend/ops/rnn.py) draws it, so every engine, CPU or GPU, gives the
 same mask for the same seed.  The random-number *state* lives in the caller's ``states``
 buffer, as cuRAND's did, so RestoreDropoutDescriptor re-attaches it without re-seeding:
 

@@ -5,7 +5,7 @@ cudnnLRNCrossChannelBackward, §3.2.33 cudnnDivisiveNormalizationForward, §4.1.
 cudnnDivisiveNormalizationBackward, §3.1.2.8 cudnnDivNormMode_t).
 
 One LRN descriptor (N, alpha, beta, K) serves both layers.  The formulas (reference kernel
-docstring, _backend/engines/reference/lrn.py):
+docstring, cudnn_compat/_backend/engines/reference/lrn.py):
   LRN:     y = x / (K + (alpha/N) * sum_{window over channels} x^2)^beta
   DivNorm: y_i = x_i / (K + (alpha/N^d) * sum_{window over the d spatial dims} (x_j - m_i)^2)^beta
 with the window [p - floor((N-1)/2), p + N - floor((N-1)/2) - 1] clipped to the tensor.

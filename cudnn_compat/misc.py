@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ._core import log as _log
 from ._core.descriptor import resolve
 from ._core.registry import legacy
 from .enums import ENUMS, is_valid
@@ -87,8 +88,7 @@ def _debug(record: logging.LogRecord) -> CudnnDebug:
 def _default_sink(sev, udata, dbg, msg) -> None:
     """The built-in callback: CUDNN_LOGDEST_DBG = stdout | stderr | a file name (%i: the process
     id); unset = silent."""
-    from ._core.log import destination
-    dest = destination()
+    dest = _log.destination()
     if dest is None:
         return
     name = {FATAL: "FATAL", ERROR: "ERROR", WARNING: "WARNING", INFO: "INFO"}[sev]
@@ -175,8 +175,7 @@ def setCallback(mask, udata=None, fptr=None) -> None:
     with _lock:
         _uninstall(log)
         _STATE.update(mask=int(mask), udata=udata, fptr=fptr)
-        from ._core.log import follow_mask
-        follow_mask(int(mask))  # per-call records (API calls, failed calls) while INFO or ERROR is on
+        _log.follow_mask(int(mask))  # per-call records (API calls, failed calls) while INFO or ERROR is on
         if not mask and fptr is None:
             return
         floor = log.getEffectiveLevel()
@@ -194,6 +193,16 @@ def setCallback(mask, udata=None, fptr=None) -> None:
         handler = _CallbackHandler(int(mask), udata, fptr)
         log.addHandler(handler)
         _STATE["installed"] = (handler, forward) + saved + (quiet,)
+
+
+def configure_from_environment() -> int:
+    """At import: the variables' levels (CUDNN_LOG{INFO,WARN,ERR}_DBG, CUDNN_LOGLEVEL_DBG) on the
+    built-in callback when CUDNN_LOGDEST_DBG is set; returns the mask installed (0: nothing to do)."""
+    mask = _log.environment_mask()
+    if not mask or _log.destination() is None:
+        return 0
+    setCallback(mask, None, None)
+    return mask
 
 
 @legacy("cudnnGetCallback")
@@ -273,22 +282,22 @@ SUBLIBRARIES = {
 
 
 def _version_check(sub: str, seen=None) -> None:
-    import cudnn_compat as pkg
+    from ._version import __version__ as ours
     seen = set() if seen is None else seen
     if sub in seen:
         return
     seen.add(sub)
     families, deps = SUBLIBRARIES[sub]
-    home = os.path.dirname(os.path.abspath(pkg.__file__))
+    home = os.path.dirname(os.path.abspath(__file__))  # the package's folder (misc.py is in it)
     for fam in families:
-        mod = sys.modules.get(f"{pkg.__name__}.{fam}")
+        mod = sys.modules.get(f"{__package__}.{fam}")
         if mod is None:
             continue  # a family not shipped in this build is not a mismatch
         where = os.path.dirname(os.path.abspath(getattr(mod, "__file__", home)))
-        version = getattr(mod, "__version__", pkg.__version__)
-        if os.path.commonpath([where, home]) != home or version != pkg.__version__:
+        version = getattr(mod, "__version__", ours)
+        if os.path.commonpath([where, home]) != home or version != ours:
             raise CuDNNError(STATUS["CUDNN_STATUS_VERSION_MISMATCH"], sub,
-                             f"family {fam} ({version}, {where}) does not match cudnn_compat {pkg.__version__} ({home})")
+                             f"family {fam} ({version}, {where}) does not match cudnn_compat {ours} ({home})")
     for dep in deps:
         _version_check(dep, seen)
 

@@ -10,7 +10,7 @@ is padding.  MAX ignores padding (an all-padding window gives the type's lowest 
 value), AVERAGE_COUNT_INCLUDE_PADDING divides by the window volume,
 AVERAGE_COUNT_EXCLUDE_PADDING by the number of input elements (0 for an empty window).
 MAX and MAX_DETERMINISTIC backward route dy to the first maximal element in row-major
-window order.  Details: _backend/engines/reference/pooling.py.
+window order.  Details: cudnn_compat/_backend/engines/reference/pooling.py.
 
 Backward NOT_SUPPORTED rule: 002 gives "the wStride of input tensor or output tensor is
 not 1" as its example; 002 also says all formats are supported, so the rule is read as

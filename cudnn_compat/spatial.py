@@ -15,7 +15,7 @@ cuDNN path to those NumPy formulas):
 Graphs: the grid generator is one Matmul of a constant base grid [1, H*W, 3] (rows
 [x_w, y_h, 1]) with theta^T, a strided view of theta; its backward is dgrid^T @ base.  The
 sampler is the composite SpatialTfSamplerForward/Backward op (bilinear, zero outside the
-image; _backend/ops/ctc_sampler.py) followed by the output blend: y = alpha*sample + beta*y,
+image; cudnn_compat/_backend/ops/ctc_sampler.py) followed by the output blend: y = alpha*sample + beta*y,
 dx = alpha*dx_sample + beta*dx, dgrid = alphaDgrid*dgrid_sample + betaDgrid*dgrid, a beta
 of 0 never reading the output.
 """

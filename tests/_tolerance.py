@@ -7,7 +7,7 @@ loose bound for every test.
     fp32_approx  float32 whose activation functions run as fast approximations: libcudnn's own RNN
            cells (its FMA_MATH LSTM differs from float64 by ~3e-4 in c over 8 steps)  1e-3
     tf32   float32 data whose products may run in TF32 (DEFAULT_MATH or TENSOR_OP_MATH on
-           Ampere+: _backend/math_policy.allow_tf32; 10-bit mantissa products)  2e-3
+           Ampere+: cudnn_compat/_backend/math_policy.allow_tf32; 10-bit mantissa products)  2e-3
     fp16   half data (or half/float mixed), float accumulation    1e-2
     bf16   bfloat16 data, float accumulation (8-bit mantissa)     2e-2
 

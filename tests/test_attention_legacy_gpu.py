@@ -3,7 +3,7 @@
 BackwardWeights): the same descriptors (read back from ours with cudnnGetAttnDescriptor /
 cudnnGetSeqDataDescriptor), the same data, and the same weights placed in each side's own weight
 layout through its cudnnGetMultiHeadAttnWeights; out, dQ, dK, dV and every weight gradient are
-compared in logical shapes.  Prototypes: _backend/legacy_cudnn.py.
+compared in logical shapes.  Prototypes: cudnn_compat/_backend/legacy_cudnn.py.
 
 FLOAT data takes CUDNN_DEFAULT_MATH only (002 Table 40), which lets our GEMMs run TF32
 (math_policy: attention's GEMMs carry the descriptor's math type): the tf32 class of

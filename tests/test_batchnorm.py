@@ -517,7 +517,7 @@ def test_ex_errors_write_nothing(handle, rng):
 
 
 def test_graph_rules_for_norm_ops():
-    """The NormForward/NormBackward finalize rules (_backend/ops/resample_norm.py)."""
+    """The NormForward/NormBackward finalize rules (cudnn_compat/_backend/ops/resample_norm.py)."""
     from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tensor, packed_strides, scalar
 
     def t(uid, dims):

@@ -1,4 +1,4 @@
-"""Configuration never breaks import (issue 13, item 11): ``_backend/config.py`` declares every
+"""Configuration never breaks import (issue 13, item 11): ``cudnn_compat/_backend/config.py`` declares every
 variable; a value that is not understood warns once (``ConfigWarning``) and the default is used;
 the package reads CUDNN_COMPAT_* only through it; ``cudnn-compat doctor`` lists every variable."""
 import json
@@ -210,7 +210,7 @@ _ALLOWED_RAW = {  # file -> why it touches os.environ for a CUDNN_COMPAT_* varia
 
 
 def _sources():
-    for pkg in ("cudnn_compat", "_backend"):
+    for pkg in ("cudnn_compat",):  # the graph layer is cudnn_compat/_backend
         for p in sorted((ROOT / pkg).rglob("*.py")):
             yield p.relative_to(ROOT).as_posix(), p.read_text()
 
@@ -218,7 +218,7 @@ def _sources():
 def test_no_direct_environment_reads_of_our_variables():
     offenders = []
     for rel, text in _sources():
-        if rel == "_backend/config.py":
+        if rel == "cudnn_compat/_backend/config.py":
             continue
         for i, line in enumerate(text.splitlines(), 1):
             if re.search(r"(os\.environ|getenv)", line) and "CUDNN_COMPAT_" in line and rel not in _ALLOWED_RAW:
@@ -249,7 +249,7 @@ def test_readme_environment_table_lists_every_variable():
 def test_graph_layer_imports_nothing_of_cudnn_compat():
     """``_backend`` (installed as ``cudnn_compat._backend``) imports only itself, relatively: the
     layering rule of docs/architecture.md, config.py included."""
-    offenders = [f"{p.relative_to(ROOT)}: {m.group(0).strip()}" for p in sorted((ROOT / "_backend").rglob("*.py"))
+    offenders = [f"{p.relative_to(ROOT)}: {m.group(0).strip()}" for p in sorted((ROOT / "cudnn_compat" / "_backend").rglob("*.py"))
                  for m in re.finditer(r"^\s*(from|import)\s+(cudnn_compat|_backend)\b.*$", p.read_text(), re.M)]
     assert not offenders, offenders
 

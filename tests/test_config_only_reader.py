@@ -1,7 +1,7 @@
 """One configuration module, engines that register themselves (issue 15, item 5).
 
-* No module of the package reads the process environment except ``_backend/config.py``: every
-  .py file of ``cudnn_compat/`` and the repository's ``_backend/`` is tokenized and any code
+* No module of the package reads the process environment except ``cudnn_compat/_backend/config.py``: every
+  .py file of ``cudnn_compat/`` and the repository's ``cudnn_compat/_backend/`` is tokenized and any code
   token naming ``environ``/``getenv``/``putenv``/``unsetenv`` (or such a name as a string, as in
   ``getattr(os, "environ")``) fails, outside config.py and the shim's .pth source text.
 * ``config.override`` stands in for the environment for a block (replay --engine) and every
@@ -25,8 +25,8 @@ from cudnn_compat import misc
 from cudnn_compat.tools import replay
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGE_DIRS = (ROOT / "cudnn_compat", ROOT / "_backend")
-ALLOWED = {ROOT / "_backend" / "config.py"}
+PACKAGE_DIRS = (ROOT / "cudnn_compat",)  # the graph layer is cudnn_compat/_backend
+ALLOWED = {ROOT / "cudnn_compat" / "_backend" / "config.py"}
 ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 # string tokens that mention the environment and are not reads: the shim's .pth line (source text
 # written into site-packages, run by site.py at start-up before the package is imported)
@@ -63,7 +63,7 @@ def _assigned_name(source: str, line: int) -> "str | None":
 
 def package_files() -> list:
     files = sorted(p for d in PACKAGE_DIRS for p in d.rglob("*.py") if "__pycache__" not in p.parts)
-    assert len(files) > 80, files  # the package is there (cudnn_compat/ and _backend/ with its engines)
+    assert len(files) > 80, files  # the package is there (cudnn_compat/ and cudnn_compat/_backend/ with its engines)
     return files
 
 
@@ -79,7 +79,7 @@ def test_only_config_reads_the_environment():
             if (path, _assigned_name(src, line)) in ALLOWED_STRINGS:
                 continue
             offenders.append(f"{path.relative_to(ROOT)}:{line}: {text}")
-    assert not offenders, "read the environment through _backend/config.py (get/getter/unset_fast):\n" + \
+    assert not offenders, "read the environment through cudnn_compat/_backend/config.py (get/getter/unset_fast):\n" + \
         "\n".join(offenders)
 
 
@@ -108,7 +108,7 @@ def test_no_module_peeks_at_configs_private_view():
 
 def test_config_itself_is_found_reading_it():
     """The walk would see a reader: config.py has them (it is the one allowed)."""
-    assert len(env_reads((ROOT / "_backend" / "config.py").read_text())) >= 3
+    assert len(env_reads((ROOT / "cudnn_compat" / "_backend" / "config.py").read_text())) >= 3
 
 
 @pytest.mark.parametrize("source", [

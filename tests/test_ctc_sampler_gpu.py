@@ -52,7 +52,7 @@ def ran_on_cupy():
     assert _call.last_plan().engine == "cupy", _call.last_plan().engine
 
 
-# -- the real legacy functions (prototypes in _backend/legacy_cudnn.py) ------------------------------
+# -- the real legacy functions (prototypes in cudnn_compat/_backend/legacy_cudnn.py) ------------------------------
 
 _vp = ctypes.c_void_p
 

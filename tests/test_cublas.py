@@ -1,4 +1,4 @@
-"""The cupy engine's cuBLAS calls (_backend/engines/cupy_engine/cublas.py) and the capture of the
+"""The cupy engine's cuBLAS calls (cudnn_compat/_backend/engines/cupy_engine/cublas.py) and the capture of the
 RNN programs' GEMMs into CUDA graphs (program.py), on the CPU with stand-ins.
 
 ``FakeLib`` stands in for libcublas's C functions as the engine binds them (cublasCreate_v2,

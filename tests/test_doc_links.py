@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_DIRS = ("cudnn_compat", "_backend", "tools", "benchmarks", "examples", "tests")
+SOURCE_DIRS = ("cudnn_compat", "tools", "benchmarks", "examples", "tests")
 EXTERNAL = ("../", "/", "path/to/", "seed_inventory.md", "shared/")
 
 # a page reference, then optionally a quoted section (possibly in a Python string, \"...\", and

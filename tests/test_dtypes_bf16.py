@@ -1,4 +1,4 @@
-"""bfloat16 conversions (issue 23 item 10; _backend/dtypes.py): ml_dtypes where installed, the
+"""bfloat16 conversions (issue 23 item 10; cudnn_compat/_backend/dtypes.py): ml_dtypes where installed, the
 uint16 bit arithmetic as the fallback; both bit-exact against each other, and each against the
 rule written here (round to nearest even; NaN keeps its sign and upper payload, quiet)."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The cached call path on a GPU handle (issue 14 item 3): launch records of the cupy engine
-(_backend/engines/cupy_engine/records.py), the generated binder (cudnn_compat/_core/fastbind.py) and
+(cudnn_compat/_backend/engines/cupy_engine/records.py), the generated binder (cudnn_compat/_core/fastbind.py) and
 the per-signature memo of the legacy functions (cudnn_compat/_core/memo.py).
 
 On the CPU the GPU place is emulated (tests/host_emu.py): raw pointers, records and binders run

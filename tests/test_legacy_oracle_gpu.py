@@ -6,7 +6,7 @@ normalization training, inference and backward.  Both sides get the same float32
 alpha/beta and a prior y; our side runs on a GPU handle with the engine the heuristics choose.
 
 cudnn_ops.h of cuDNN 9 (nvidia-cudnn-cu12 9.x) declares and libcudnn.so.9 exports every function
-used here; prototypes are in _backend/legacy_cudnn.py.  None of these ops has a TF32 path on either
+used here; prototypes are in cudnn_compat/_backend/legacy_cudnn.py.  None of these ops has a TF32 path on either
 side (no GEMM), so the bound is the float32 class of tests/_tolerance.py (1e-5, relative to the
 element and to the result's largest magnitude): both sides round each step to float32; the
 transcendental functions (exp, tanh, pow) differ by a few ulp and the reductions (softmax, LRN

@@ -26,7 +26,7 @@ VARS = ("CUDNN_LOGINFO_DBG", "CUDNN_LOGWARN_DBG", "CUDNN_LOGERR_DBG", "CUDNN_LOG
 # warning; prints a JSON line with the error message, GetCallback and whether the hook is on
 PROGRAM = textwrap.dedent("""
     import json, logging, numpy as np, cudnn_compat as cc
-    from cudnn_compat import _logging
+    from cudnn_compat._core import log as _logging
     h = cc.cudnnCreate("cpu")
     d = cc.cudnnCreateTensorDescriptor()
     cc.cudnnSetTensor4dDescriptor(d, cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT, 1, 2, 2, 2)
@@ -127,7 +127,7 @@ def test_a_value_not_understood_warns_and_is_off(tmp_path):
 
 SET_CALLBACK = textwrap.dedent("""
     import json, numpy as np, cudnn_compat as cc
-    from cudnn_compat import _logging
+    from cudnn_compat._core import log as _logging
     got = []
     before = cc.cudnnGetCallback()[0]
     cc.cudnnCreateTensorDescriptor()                      # logged by the variables

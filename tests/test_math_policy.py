@@ -64,10 +64,10 @@ def _code(path: pathlib.Path) -> str:
 
 def test_the_override_variable_is_read_in_one_place():
     """No module but math_policy decides TF32 from the environment (one policy, one function);
-    _backend/config.py only lists it among the external variables the doctor shows."""
-    hits = sorted(str(p.relative_to(ROOT)) for d in ("_backend", "cudnn_compat") for p in (ROOT / d).rglob("*.py")
+    cudnn_compat/_backend/config.py only lists it among the external variables the doctor shows."""
+    hits = sorted(str(p.relative_to(ROOT)) for d in ("cudnn_compat",) for p in (ROOT / d).rglob("*.py")
                   if "NVIDIA_TF32_OVERRIDE" in p.read_text() and "NVIDIA_TF32_OVERRIDE" in _code(p))
-    assert set(hits) - {"_backend/config.py"} == {"_backend/math_policy.py"}, hits
+    assert set(hits) - {"cudnn_compat/_backend/config.py"} == {"cudnn_compat/_backend/math_policy.py"}, hits
 
 
 @pytest.mark.parametrize("override", [None, "0"])

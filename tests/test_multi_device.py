@@ -419,7 +419,7 @@ def test_autotune_choices_are_per_device(monkeypatch, tmp_path):
 
 def test_cudnn_engine_pending_plans_are_per_device():
     """Native plans finalized while choosing configs are kept per (device, config)."""
-    src = (ROOT / "_backend" / "engines" / "cudnn_engine" / "__init__.py").read_text()
+    src = (ROOT / "cudnn_compat" / "_backend" / "engines" / "cudnn_engine" / "__init__.py").read_text()
     assert "st.pending[(_device(), cfg)]" in src and "st.pending.pop((device, config), None)" in src
 
 

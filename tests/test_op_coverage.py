@@ -1,5 +1,5 @@
 """Which op kinds each engine runs (issue 18, "Done when"): every op kind of the graph IR
-(``ops.OP_SPECS``, assembled from the family modules of ``_backend/ops/``) is listed with each
+(``ops.OP_SPECS``, assembled from the family modules of ``cudnn_compat/_backend/ops/``) is listed with each
 engine's support; a kind that the reference engine runs and no GPU engine runs is a gap, and every
 gap must be listed, with its reason and what happens, in docs/not_supported.md "Op kinds without a
 GPU engine" (and nothing else may be listed there).  The declarations are checked against what the

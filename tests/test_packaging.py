@@ -1,5 +1,5 @@
-"""Packaging (issue 16, item 1): the wheel installs nothing but ``cudnn_compat`` (the repository's
-``_backend/`` becomes ``cudnn_compat._backend``), carries ``py.typed`` and the LICENSE, works when
+"""Packaging (issue 16, item 1): the wheel installs nothing but ``cudnn_compat`` (its graph layer
+``cudnn_compat/_backend/`` included), carries ``py.typed`` and the LICENSE, works when
 installed away from the checkout; the ``cuda12``/``cuda13`` extras each resolve one CUDA major
 (``pip install --dry-run --report``, skipped when the package index cannot be reached); one version
 (``cudnn_compat.__version__``) seen by ``cudnn-compat --version``, the wheel and the metadata."""
@@ -20,7 +20,7 @@ import cudnn_compat as cc
 from cudnn_compat.tools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "cudnn_compat", "_backend")  # what a build reads
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "cudnn_compat")  # what a build reads
 
 
 def _source_copy(dest: Path) -> Path:
@@ -84,11 +84,9 @@ def test_the_wheel_installs_cudnn_compat_and_nothing_else_at_top_level(wheel_fil
 
 def test_the_wheel_holds_every_module_of_the_checkout_under_cudnn_compat(wheel_file):
     """The explicit package list of pyproject misses no (sub)package: every .py of cudnn_compat/
-    and of _backend/ (as cudnn_compat/_backend/...) is in the wheel, py.typed too."""
+    (its graph layer cudnn_compat/_backend/ included) is in the wheel, py.typed too."""
     names = set(_names(wheel_file))
     want = {p.relative_to(ROOT).as_posix() for p in (ROOT / "cudnn_compat").rglob("*.py")}
-    want |= {"cudnn_compat/_backend/" + p.relative_to(ROOT / "_backend").as_posix()
-             for p in (ROOT / "_backend").rglob("*.py")}
     want |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "cudnn_compat").rglob("*.pyi")}
     want.add("cudnn_compat/py.typed")
     assert len(want) > 100
@@ -115,8 +113,8 @@ def test_the_wheel_metadata_has_the_version_license_extras_and_command(wheel_fil
 
 
 def test_the_installed_wheel_imports_away_from_the_checkout(wheel_file, tmp_path):
-    """Unpacked alone (a pure wheel: what pip install puts in site-packages), with neither the
-    checkout nor its _backend/ on the path, cudnn_compat imports, finds its graph layer inside
+    """Unpacked alone (a pure wheel: what pip install puts in site-packages), without the
+    checkout on the path, cudnn_compat imports, finds its graph layer inside
     itself, and ``python -m cudnn_compat --version`` answers."""
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel_file) as z:
@@ -159,12 +157,12 @@ def test_version_command_prints_the_package_version(capsys):
 
 
 def test_version_is_written_in_one_place():
-    """pyproject reads the version from cudnn_compat/__init__.py; it writes none of its own."""
+    """pyproject reads the version from cudnn_compat/_version.py; it writes none of its own."""
     text = (ROOT / "pyproject.toml").read_text()
     project = text.split("[project]", 1)[1].split("\n[", 1)[0]
     assert not re.search(r"^version\s*=", project, re.M)
     assert re.search(r'^dynamic\s*=\s*\[\s*"version"\s*\]', project, re.M)
-    assert re.search(r'^version\s*=\s*\{\s*attr\s*=\s*"cudnn_compat.__version__"\s*\}', text, re.M)
+    assert re.search(r'^version\s*=\s*\{\s*attr\s*=\s*"cudnn_compat._version.__version__"\s*\}', text, re.M)
     script = shutil.which("cudnn-compat", path=os.path.dirname(sys.executable))
     if script is None:
         pytest.skip("the cudnn-compat command is not installed next to this Python")

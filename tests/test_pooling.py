@@ -407,7 +407,7 @@ def test_window_larger_than_padded_input_is_bad_param():
 
 
 def test_graph_rules_for_resample_ops():
-    """The ResampleForward/Backward finalize rules (_backend/ops/resample_norm.py)."""
+    """The ResampleForward/Backward finalize rules (cudnn_compat/_backend/ops/resample_norm.py)."""
     from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tensor, packed_strides
 
     def t(uid, dims, dtype="float32"):

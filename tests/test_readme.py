@@ -3,7 +3,7 @@ shows: tests/test_doc_examples.py): here the README's quickstart output quoted i
 worked session of docs/tools.md (its ```console blocks: each ``$ command`` is run and its output must have
 the shape of the output pasted under it).  Also the README's install section names the exact
 commands for CUDA 12, CUDA 13 and CPU only, and the environment table gives every variable's
-default as ``_backend/config.py`` declares it.
+default as ``cudnn_compat/_backend/config.py`` declares it.
 
 Everything runs in a fresh interpreter on the CPU place (``CUDNN_COMPAT_DEVICE=cpu``) in an
 empty folder, importing this checkout.  ``python tests/test_readme.py --update`` re-runs the
@@ -134,7 +134,7 @@ def _default_cell(value) -> str:
 
 
 def test_readme_environment_table_gives_each_default():
-    """The 'default' column starts with what _backend/config.py declares (unset, or the value)."""
+    """The 'default' column starts with what cudnn_compat/_backend/config.py declares (unset, or the value)."""
     from cudnn_compat._backend import config
     text = README.read_text()
     section = text[text.index("## Environment"):]

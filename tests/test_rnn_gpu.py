@@ -1,6 +1,6 @@
 """RNN and dropout on a GPU handle (CuPy buffers; the recurrence runs in the cupy engine's
 RNNRecurrence programs): against the REAL cudnnRNNForward of libcudnn 9 (v8 API, through
-_backend/legacy_cudnn_rnn) on identical weights placed through each side's
+cudnn_compat/_backend/legacy_cudnn_rnn) on identical weights placed through each side's
 cudnnGetRNNWeightParams, LSTM and GRU, fp32 and fp16, uni- and bidirectional, padded batches of
 varied lengths; our v6-API calls against the same real v8 results; GPU backward and dropout
 masks against the CPU handle (masks bit for bit).  Skipped without a CUDA GPU."""

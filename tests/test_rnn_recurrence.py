@@ -1,4 +1,4 @@
-"""The composite recurrence ops (_backend/ops/rnn.py): a call's graphs stay compact whatever
+"""The composite recurrence ops (cudnn_compat/_backend/ops/rnn.py): a call's graphs stay compact whatever
 T is, and every finalize rule of RNNRecurrence / RNNRecurrenceBackward fires with its check name."""
 import pytest
 

@@ -1,9 +1,9 @@
-"""Check names are a closed set: every name raised is a row of ``_backend/rules.py`` (issue 15).
+"""Check names are a closed set: every name raised is a row of ``cudnn_compat/_backend/rules.py`` (issue 15).
 
 The graph layer raises ``GraphError(check, message, status)`` (directly, or through
 ``ops._common.fail(index, op, check, message, status)``) and the backend API raises
 ``backend_ops.fail(status, attribute, check, message)``.  This file walks the source of
-``cudnn_compat/`` and ``_backend/`` with ``ast`` and fails on:
+``cudnn_compat/`` and ``cudnn_compat/_backend/`` with ``ast`` and fails on:
   * a call site whose check name is a string literal that is not a row of ``RULES``;
   * a call site whose check name is computed, unless it passes on a name checked where it was made
     (``e.check`` of a caught error, the raise helper's own ``check`` parameter) or is one of the
@@ -32,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import gen_status_rules  # noqa: E402
 
-PACKAGES = ("cudnn_compat", "_backend")
+PACKAGES = ("cudnn_compat",)  # cudnn_compat/_backend: the graph layer
 RAISERS = {"GraphError": 0, "fail": 2}  # callee -> position of the check name (keyword ``check``)
 STATUS_ALIASES = {"BAD": "BAD_PARAM", "NOT_SUP": "NOT_SUPPORTED"}  # backend_ops' names of the ints
 
@@ -81,7 +81,8 @@ def _status(call: ast.Call, helper: str, package: str) -> "str | None":
 def walk(source: str, path: str = "cudnn_compat/x.py") -> list:
     """Every call of a raise helper in ``source`` as a ``Site``; ``path``'s first folder says
     which ``fail`` it is (``_backend``: ops._common.fail; else backend_ops.fail)."""
-    package = pathlib.PurePosixPath(path).parts[0]
+    parts = pathlib.PurePosixPath(path).parts
+    package = "_backend" if parts[:2] == ("cudnn_compat", "_backend") else parts[0]
     out = []
 
     def visit(node, func):
@@ -112,15 +113,15 @@ def problems(sites: list, table: dict) -> list:
         where = f"{s.path}:{s.line}"
         if s.name is not None:
             if s.name not in table:
-                out.append(f"{where}: check name {s.name!r} is not a row of _backend/rules.py RULES")
+                out.append(f"{where}: check name {s.name!r} is not a row of cudnn_compat/_backend/rules.py RULES")
             elif s.status is not None and s.status not in table[s.name].statuses:
                 out.append(f"{where}: {s.name} raised with {s.status}, its row gives {table[s.name].statuses}")
         elif not s.passthrough:
             if s.expr not in DYNAMIC:
-                out.append(f"{where}: computed check name {s.expr!r}: use a literal name of _backend/rules.py "
+                out.append(f"{where}: computed check name {s.expr!r}: use a literal name of cudnn_compat/_backend/rules.py "
                            f"(or declare the expression in DYNAMIC of tests/test_rule_names.py)")
             else:
-                out += [f"{where}: {s.expr!r} can give {n!r}, not a row of _backend/rules.py RULES"
+                out += [f"{where}: {s.expr!r} can give {n!r}, not a row of cudnn_compat/_backend/rules.py RULES"
                         for n in sorted(DYNAMIC[s.expr] - set(table))]
     return out
 
@@ -162,18 +163,18 @@ def rewrap(e):
 
 
 def test_walker_flags_a_new_free_string_check_name():
-    found = walk(SYNTHETIC, "_backend/validate_new.py")
+    found = walk(SYNTHETIC, "cudnn_compat/_backend/validate_new.py")
     assert [(s.line, s.name) for s in found] == [(6, "CONV_GROUPS"), (7, "CONV_GROUPS_NEW"), (8, "CONV_MODE"), (9, None),
                                                  (10, "BRAND_NEW_CHECK"), (13, None), (16, None)]
     assert [s.passthrough for s in found] == [False] * 5 + [True, True]
     assert [s.status for s in found][:5] == ["BAD_PARAM", "BAD_PARAM", "NOT_SUPPORTED", "BAD_PARAM", "NOT_SUPPORTED"]
     got = problems(found, rules.RULES)
     assert got == [
-        "_backend/validate_new.py:7: check name 'CONV_GROUPS_NEW' is not a row of _backend/rules.py RULES",
-        "_backend/validate_new.py:8: CONV_MODE raised with NOT_SUPPORTED, its row gives ('BAD_PARAM',)",
-        "_backend/validate_new.py:9: computed check name \"f'CONV_{i}'\": use a literal name of _backend/rules.py "
+        "cudnn_compat/_backend/validate_new.py:7: check name 'CONV_GROUPS_NEW' is not a row of cudnn_compat/_backend/rules.py RULES",
+        "cudnn_compat/_backend/validate_new.py:8: CONV_MODE raised with NOT_SUPPORTED, its row gives ('BAD_PARAM',)",
+        "cudnn_compat/_backend/validate_new.py:9: computed check name \"f'CONV_{i}'\": use a literal name of cudnn_compat/_backend/rules.py "
         "(or declare the expression in DYNAMIC of tests/test_rule_names.py)",
-        "_backend/validate_new.py:10: check name 'BRAND_NEW_CHECK' is not a row of _backend/rules.py RULES",
+        "cudnn_compat/_backend/validate_new.py:10: check name 'BRAND_NEW_CHECK' is not a row of cudnn_compat/_backend/rules.py RULES",
     ]
 
 
@@ -198,7 +199,7 @@ def test_every_raised_check_name_is_a_row(sites):
 def test_every_row_is_raised(sites):
     used = {s.name for s in sites if s.name} | {n for s in sites if s.expr in DYNAMIC for n in DYNAMIC[s.expr]}
     unused = sorted(set(rules.RULES) - used)
-    assert not unused, f"rows of _backend/rules.py that no call site raises: {unused}"
+    assert not unused, f"rows of cudnn_compat/_backend/rules.py that no call site raises: {unused}"
     stale = sorted(set(DYNAMIC) - {s.expr for s in sites})
     assert not stale, f"DYNAMIC expressions no call site has any more: {stale}"
 
@@ -217,7 +218,7 @@ def test_rows_are_well_formed():
 def test_graph_error_rejects_an_unknown_name_or_status():
     assert GraphError("CONV_GROUPS", "m").check == "CONV_GROUPS"
     assert GraphError("TENSOR_DATA_TYPE", "m", "NOT_SUPPORTED").status == "NOT_SUPPORTED"
-    with pytest.raises(rules.UnknownRule, match="'NO_SUCH_CHECK' is not a row of _backend/rules.py"):
+    with pytest.raises(rules.UnknownRule, match="'NO_SUCH_CHECK' is not a row of cudnn_compat/_backend/rules.py"):
         GraphError("NO_SUCH_CHECK", "m")
     with pytest.raises(rules.UnknownRule, match="CONV_GROUPS raised with status NOT_SUPPORTED"):
         GraphError("CONV_GROUPS", "m", "NOT_SUPPORTED")

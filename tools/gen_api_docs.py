@@ -33,9 +33,7 @@ for p in (str(ROOT), str(ROOT / "tools")):
         sys.path.insert(0, p)
 
 import cudnn_compat  # noqa: E402
-from cudnn_compat._backend.engines.cudnn_engine import graph as _cudnn_graph  # noqa: E402
-from cudnn_compat._backend.engines.cupy_engine import IMPLS as _CUPY_IMPLS  # noqa: E402
-from cudnn_compat._backend.engines.reference import KERNELS as _REF_KERNELS  # noqa: E402
+from cudnn_compat._backend.engines.base import REGISTRY  # noqa: E402
 from cudnn_compat._core.registry import CONVERSIONS, CUPY_NAMES, INT_KINDS, LEGACY, PYTHON_ONLY, signature_text  # noqa: E402
 from cudnn_compat.enums import ENUMS  # noqa: E402
 from cudnn_compat._core.signatures import SIGNATURES  # noqa: E402
@@ -117,10 +115,15 @@ OP_KINDS = {
                             "Pointwise", "Reduction"),
 }
 
-# What each engine declares it runs (read from the engines, not restated).
-REFERENCE_KINDS = frozenset(_REF_KERNELS)
-CUPY_KINDS = frozenset(_CUPY_IMPLS) | {"Pointwise", "Reduction"}
-CUDNN_MAIN = frozenset(_cudnn_graph.MAIN_KINDS)
+
+
+def _runs(engine: str) -> frozenset:
+    """The op kinds ``engine`` declares it runs (its ``op_kinds()``: the engines' one statement)."""
+    return frozenset(k for k, why in REGISTRY.engines[engine].op_kinds().items() if why is None)
+
+
+REFERENCE_KINDS, CUPY_KINDS = _runs("reference"), _runs("cupy")
+CUDNN_MAIN = _runs("cudnn") - {"Pointwise"}  # a main op with pointwise epilogues
 
 # Statuses every function shares (docs/status_rules.md, "Rules that hold for every function").
 COMMON_BAD_PARAM = "an argument its C type cannot hold, or a NULL, destroyed or wrong-kind handle or descriptor"

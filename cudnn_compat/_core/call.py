@@ -16,6 +16,7 @@ import numpy as np
 from cudnn_compat._backend import planner
 from cudnn_compat._backend.plan_cache import CACHE
 from . import fastbind as _fastbind
+from .fastbind import program as _program
 from cudnn_compat._backend.ir import GraphError, Operation, scalar as scalar_tensor, virtual
 from .data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_pointer, host_view, layout
 from .data import workspace_arg as _workspace_arg
@@ -46,23 +47,6 @@ def blended(kind: str, inputs: dict, out_role: str, y, beta_zero: bool, attrs: d
     """[op computing a virtual result, blend into y]: the common one-op legacy graph."""
     tmp = virtual(tmp_uid, y.dims, compute_dtype(y.dtype), f"{out_role}_result")
     return [Operation(kind, inputs, {out_role: tmp}, attrs), blend(tmp, y, beta_zero, alpha_uid, beta_uid)]
-
-
-def _externals(plan) -> dict:
-    ext = getattr(plan, "externals", None)
-    if ext is None:
-        ext = {t.uid: t for t in plan.graph.external_inputs()}
-        ext.update({t.uid: t for t in plan.graph.external_outputs()})
-        plan.externals = ext
-    return ext
-
-
-def _written(plan) -> frozenset:
-    """uids of the plan's external outputs (the buffers a call writes)."""
-    out = getattr(plan, "written_uids", None)
-    if out is None:
-        out = plan.written_uids = frozenset(t.uid for t in plan.graph.external_outputs())
-    return out
 
 
 def plan_for(handle, key: tuple, build):
@@ -128,21 +112,6 @@ def _intercepted(i: int, *args):
     if i == len(HOOKS):
         return run(*args, _hooked=True)
     return HOOKS[i](lambda *a: _intercepted(i + 1, *a), *args)
-
-
-def _program(plan) -> tuple:
-    """What binding needs of each external tensor of ``plan``, computed once per plan:
-    ((uid, tensor, is by-value scalar, is written, bytes spanned, storage dtype, accepted array
-    dtypes), ...): the dtype table of _data.ACCEPTED is looked up here, so binding a buffer costs
-    one dtype identity test (a set membership for byte views)."""
-    prog = getattr(plan, "bind_program", None)
-    if prog is None:
-        written = _written(plan)
-        prog = plan.bind_program = tuple(
-            (uid, t, t.is_by_value, uid in written) + ((0, None, None) if t.is_by_value else
-                                                      (layout(t)[1], layout(t)[0], layout(t)[3]))
-            for uid, t in _externals(plan).items())
-    return prog
 
 
 def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None, workspace_size: int = 0,

@@ -23,7 +23,46 @@ general path then binds, checks and executes the call.
 from __future__ import annotations
 
 from . import data as _data
+from .data import layout
+from .uids import PRIOR_OFFSET as Y_PRIOR_OFFSET  # uid of "y before the call" = uid(y) + this
 
+
+# -- the binding program of a plan (what ``_core.call.run`` and the generated binders read) ---------
+
+def externals(plan) -> dict:
+    """uid -> tensor of the plan's external inputs and outputs (kept on the plan)."""
+    ext = getattr(plan, "externals", None)
+    if ext is None:
+        ext = {t.uid: t for t in plan.graph.external_inputs()}
+        ext.update({t.uid: t for t in plan.graph.external_outputs()})
+        plan.externals = ext
+    return ext
+
+
+def written(plan) -> frozenset:
+    """uids of the plan's external outputs (the buffers a call writes)."""
+    out = getattr(plan, "written_uids", None)
+    if out is None:
+        out = plan.written_uids = frozenset(t.uid for t in plan.graph.external_outputs())
+    return out
+
+
+def program(plan) -> tuple:
+    """What binding needs of each external tensor of ``plan``, computed once per plan:
+    ((uid, tensor, is by-value scalar, is written, bytes spanned, storage dtype, accepted array
+    dtypes), ...): the dtype table of _data.ACCEPTED is looked up here, so binding a buffer costs
+    one dtype identity test (a set membership for byte views)."""
+    prog = getattr(plan, "bind_program", None)
+    if prog is None:
+        outs = written(plan)
+        prog = plan.bind_program = tuple(
+            (uid, t, t.is_by_value, uid in outs) + ((0, None, None) if t.is_by_value else
+                                                      (layout(t)[1], layout(t)[0], layout(t)[3]))
+            for uid, t in externals(plan).items())
+    return prog
+
+
+# -- the generated binders and lanes ---------------------------------------------------------------
 
 def _none(tensors, scalars):
     return None
@@ -37,8 +76,7 @@ def binder(plan):
     fn = _none
     if getattr(plan, "raw_pointers", False):
         nd = _data._CUPY_NDARRAY[0] if _data._CUPY_NDARRAY else _data.cupy_ndarray()
-        from .call import Y_PRIOR_OFFSET, _program
-        fn = _generate(_program(plan), nd, Y_PRIOR_OFFSET)
+        fn = _generate(program(plan), nd, Y_PRIOR_OFFSET)
     plan.gpu_binder = fn
     return fn
 
@@ -52,8 +90,7 @@ def lane(plan):
     path = getattr(plan, "_path", None)
     if getattr(plan, "raw_pointers", False) and path is not None and hasattr(path, "order"):
         nd = _data._CUPY_NDARRAY[0] if _data._CUPY_NDARRAY else _data.cupy_ndarray()
-        from .call import Y_PRIOR_OFFSET, _program
-        fn = _generate(_program(plan), nd, Y_PRIOR_OFFSET, path)
+        fn = _generate(program(plan), nd, Y_PRIOR_OFFSET, path)
     plan.gpu_lane = fn
     return fn
 

@@ -92,17 +92,6 @@ def destination() -> "str | None":
     return dest if dest in ("stdout", "stderr") else dest.replace("%i", str(os.getpid()))
 
 
-def configure_from_environment() -> int:
-    """At import: the variables' levels on the built-in callback when CUDNN_LOGDEST_DBG is set;
-    returns the mask installed (0: nothing to do)."""
-    mask = environment_mask()
-    if not mask or destination() is None:
-        return 0
-    from ..misc import setCallback
-    setCallback(mask, None, None)
-    return mask
-
-
 def log_api_calls(on: bool = True) -> None:
     """Log every legacy call (INFO, logger ``cudnn_compat.api``) and each failed call's message
     (ERROR) whatever the callback mask; ``False`` leaves it to the mask again."""
@@ -185,5 +174,5 @@ def _hook(proceed, c_name: str, args, kwargs):
     return result
 
 
-__all__ = ["API_LOGGER", "LIBRARY_LOGGER", "LEVEL_VARIABLES", "LEVEL_VARIABLE", "destination", "configure_from_environment", "environment_mask", "log_api_calls",
+__all__ = ["API_LOGGER", "LIBRARY_LOGGER", "LEVEL_VARIABLES", "LEVEL_VARIABLE", "destination", "environment_mask", "log_api_calls",
            "follow_mask", "api_logging"]

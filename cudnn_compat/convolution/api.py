@@ -3,7 +3,7 @@
 BiasActivationForward, and the algorithm queries (MaxCount, Get*_v7, Find*, Find*Ex,
 Get*WorkspaceSize) for the three directions.  The convolution descriptor is ``convolution.descriptor``.
 
-Every compute call is one graph (see ``_backend/ops/convolution.py`` for the conv op attrs):
+Every compute call is one graph (see ``cudnn_compat/_backend/ops/convolution.py`` for the conv op attrs):
     Forward        ConvolutionForward(x, w) -> c ; y = alpha*c + beta*y
     BackwardData   ConvolutionBackwardData(dy, w) -> c ; dx = alpha*c + beta*dx
     BackwardFilter ConvolutionBackwardFilter(x, dy) -> c ; dw = alpha*c + beta*dw

@@ -1,7 +1,7 @@
 """The convolution descriptor of the legacy API (002 §5.2.11, §5.2.12, §5.2.17, §5.2.18,
 §5.2.25-§5.2.29, §5.2.33-§5.2.37): Create/Destroy, Set/Get (2d, Nd, group count, math type,
 reorder type) and the forward output dims.  The compute calls and algorithm queries are
-``convolution.api``; the output-size formula is ``_backend/ops/convolution.py``'s ``output_dims``.
+``convolution.api``; the output-size formula is ``cudnn_compat/_backend/ops/convolution.py``'s ``output_dims``.
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class ConvolutionDescriptor(Descriptor):
         return DTYPE_NAME.get(self.computeType) if self.computeType not in VECTOR_WIDTH else None
 
     def attrs(self, algo_name: "str | None", math: int) -> dict:
-        """The conv op attrs of ``_backend/ops/convolution.py``."""
+        """The conv op attrs of ``cudnn_compat/_backend/ops/convolution.py``."""
         return {
             "mode": name_of("cudnnConvolutionMode_t", self.mode)[len("CUDNN_"):],
             "pre_padding": self.pad, "post_padding": self.pad, "stride": self.stride,

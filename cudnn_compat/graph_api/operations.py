@@ -26,7 +26,7 @@ INTERNAL_UID_BASE = 2 ** 62  # uids we add (alpha/beta scalars, blend temporarie
 
 def fail(status: int, attr: str, check: str, message: str) -> CuDNNError:
     """The error of a failed check: ``argument`` is the attribute, ``check`` the check's name
-    (a row of ``_backend/rules.py``)."""
+    (a row of ``cudnn_compat/_backend/rules.py``)."""
     from cudnn_compat._backend.rules import require
     e = CuDNNError(status, attr, f"check {check}: {message}")
     require(check, e.status_name[len("CUDNN_STATUS_"):])
@@ -234,7 +234,7 @@ class OpNode:
 def _node(d, type_name, tensors, reads, writes, lower, roles):
     node = OpNode(type_name, tensors, tuple(reads), tuple(writes), lower, roles)
     ctx = Lowering()
-    for i, op in enumerate(lower(ctx)):  # the per-kind rules of _backend/ops/, now
+    for i, op in enumerate(lower(ctx)):  # the per-kind rules of cudnn_compat/_backend/ops/, now
         try:
             validate_op(i, op)
         except GraphError as e:

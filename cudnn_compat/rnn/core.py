@@ -16,7 +16,7 @@ A call becomes a short sequence of graphs, each cached per signature:
                           bproj(l) dX_l = sum_dir dG W (one Matmul per direction)
   backward weights:       one graph: dW += dG^T X, dR += dG^T h_prev, biases += sum dG, as
                                    batched Matmuls over runs of time steps + Reductions.
-The recurrence ops are composite (why: _backend/ops/rnn.py); their tensors are whole
+The recurrence ops are composite (why: cudnn_compat/_backend/ops/rnn.py); their tensors are whole
 buffers with a leading direction dim, rows addressed by the layout's row map, so a layer is one
 op whatever T, and sequences of different lengths need no masks or padding reads: a sequence is
 inactive past its length.  The projections and weight gradients read earlier results through

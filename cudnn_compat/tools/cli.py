@@ -578,7 +578,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cudnn-compat", description="cuDNN's legacy API on a graph layer: tools")
     p.add_argument("--traceback", action="store_true", help="show the Python traceback of an error "
                                                            "(default: one line)")
-    from .. import __version__  # the one version (pyproject reads it from cudnn_compat/__init__.py)
+    from .._version import __version__  # the one version (pyproject reads it from there)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="command")
     d = sub.add_parser("doctor", help="what is installed and usable here")

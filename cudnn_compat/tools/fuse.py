@@ -52,7 +52,7 @@ import numpy as np
 from cudnn_compat._backend import planner
 from cudnn_compat._backend.heuristics import ORDER, engine_order, forced_engine
 from cudnn_compat._backend.ir import GraphError, Operation, OperationGraph, Tensor
-from .._core import call as _call, registry as _registry
+from .._core import call as _call, fastbind as _fastbind, registry as _registry
 from .._core.data import _host_view, bind, device_pointer, dtype_ok, extent_bytes
 from ..errors import CuDNNError, bad_param
 from ..handle import get_handle, on_device, wrong_device
@@ -114,7 +114,7 @@ def _static(plan) -> tuple:
         outs = {t.uid for t in graph.external_outputs()}
         info = tuple((uid, t, uid in ins, uid in outs, extent_bytes(t), (t.dims, t.strides, t.dtype),
                       uid not in ins or _elementwise_reader(graph, uid, t.dims))
-                     for uid, t in _call._externals(plan).items() if not t.is_by_value)
+                     for uid, t in _fastbind.externals(plan).items() if not t.is_by_value)
         plan.fuse_static = info
     return info
 
@@ -262,7 +262,7 @@ class Scope:
         h = self.handle
         raw = h.place == "gpu" and getattr(plan, "raw_pointers", False)
         data = {}
-        for uid, t in _call._externals(plan).items():
+        for uid, t in _fastbind.externals(plan).items():
             if t.is_by_value:
                 i, u = scalars[uid]
                 data[uid] = calls[i].scalars[u]

@@ -9,7 +9,7 @@ extents from the side ``.npz``, host scalars from their recorded bytes) and the 
 again on the chosen engine: ``reference`` on a CPU handle, ``cupy``/``cudnn`` forced
 (``CUDNN_COMPAT_ENGINE`` through ``config.override``; the environment is not touched) on a GPU
 handle (any engine registered with a priority: on a CPU handle when it runs there), ``default`` with the recording's place and heuristics,
-``legacy`` the real legacy libcudnn function through ``_backend/legacy_cudnn`` (``LEGACY_FUNCTIONS``).
+``legacy`` the real legacy libcudnn function through ``cudnn_compat/_backend/legacy_cudnn`` (``LEGACY_FUNCTIONS``).
 Each output is compared with the recorded one: max absolute and relative error and ULP distance in
 the output's data type.  A call fails when an element misses |got - want| <= atol*max(1, max|want|)
 + rtol*|want| (``TOLERANCES`` per data type and math type, ``--tol`` overrides) or when its status

@@ -437,7 +437,7 @@ def _order(place: str) -> tuple:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
     return __version__
 
 

@@ -67,6 +67,10 @@ class ReferenceEngine(Engine):
     def configs(self, graph, place, mode):
         return [EngineConfig(self.name, notes=frozenset({"DETERMINISTIC", "FALLBACK"}), index=0)]
 
+    def op_kinds(self) -> dict:
+        from ...ops import OP_SPECS
+        return {k: None if k in KERNELS else "no reference kernel" for k in sorted(OP_SPECS)}
+
     def check_support(self, graph, place):
         missing = [op.kind for op in graph.ops if op.kind not in KERNELS]
         if missing:

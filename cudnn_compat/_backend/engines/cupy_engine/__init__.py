@@ -186,6 +186,11 @@ class CupyEngine(Engine):
     def configs(self, graph, place, mode):
         return [EngineConfig(self.name, notes=frozenset({"RUNTIME_COMPILATION", "DETERMINISTIC"}), index=0)]
 
+    def op_kinds(self) -> dict:
+        from ...ops import OP_SPECS
+        runs = {"Pointwise", "Reduction"} | set(IMPLS)  # the element-wise and reduction codegen, then IMPLS
+        return {k: None if k in runs else f"no GPU kernel for {k} yet" for k in sorted(OP_SPECS)}
+
     def check_support(self, graph, place):
         if place != "gpu":
             return "runs on the gpu place only"

@@ -1,6 +1,6 @@
 """Convolution kernels of the numpy engine (002 §5.2.10 ConvolutionForward, §5.2.8
 ConvolutionBackwardData, §6.2.2 ConvolutionBackwardFilter; attrs and shapes in
-``_backend/ops/convolution.py``), lowered to BLAS GEMMs in the compute dtype.
+``cudnn_compat/_backend/ops/convolution.py``), lowered to BLAS GEMMs in the compute dtype.
 
 With g groups, x (N, C, *S), w (K, C/g, *R), y (N, K, *O), the filter as a matrix
 W (g, K/g, C/g*R) and the im2col matrix X(n) (g, C/g*R, O) of the zero-padded input

@@ -61,43 +61,13 @@ def all_op_kinds() -> list:
     return sorted(OP_SPECS)
 
 
-def _reference_kinds() -> dict:
-    from .engines.reference import KERNELS
-    return {k: None if k in KERNELS else "no reference kernel" for k in all_op_kinds()}
-
-
-def _cupy_kinds() -> dict:
-    from .engines import cupy_engine as ce
-    runs = {"Pointwise", "Reduction"} | set(ce.IMPLS)
-    return {k: None if k in runs else f"no GPU kernel for {k} yet" for k in all_op_kinds()}
-
-
-def _cudnn_kinds() -> dict:
-    from .engines.cudnn_engine import graph as g
-    out = {}
-    for k in all_op_kinds():
-        if k in g.MAIN_KINDS or k == "Pointwise":
-            out[k] = None
-        else:
-            out[k] = g.DECLINED_KINDS.get(k, f"no cuDNN backend translation for operation kind {k}")
-    return out
-
-
-# engine name -> kind -> None (the engine runs graphs of that kind, within its per-graph limits) or
-# the reason it declines every graph with that kind; an engine may instead declare ``op_kinds()``
-_DECLARED = {"reference": _reference_kinds, "cupy": _cupy_kinds, "cudnn": _cudnn_kinds}
-
-
 def engine_op_kinds(eng) -> "dict | None":
-    """{op kind: None | reason} for ``eng`` (an Engine or its name); None when it declares nothing."""
+    """{op kind: None | reason} for ``eng`` (an Engine or its name): its ``op_kinds()``."""
     from .engines.base import REGISTRY as _reg
     if isinstance(eng, str):
         eng = _reg.engines[eng]
-    declared = getattr(eng, "op_kinds", None)
-    if callable(declared):
-        return dict(declared())
-    fn = _DECLARED.get(eng.name)
-    return None if fn is None else fn()
+    kinds = eng.op_kinds()
+    return None if kinds is None else dict(kinds)
 
 
 def op_coverage(place: str = "gpu") -> list:

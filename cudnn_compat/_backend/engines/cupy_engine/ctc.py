@@ -1,5 +1,5 @@
 """CTC loss on the GPU: generated kernels for the ``CTCLoss`` op with the reference engine's
-semantics (reference/adv.py, _backend/ops/ctc_sampler.py; 002 §8.2.3 cudnnCTCLoss, §8.2.4 _v8).
+semantics (reference/adv.py, cudnn_compat/_backend/ops/ctc_sampler.py; 002 §8.2.3 cudnnCTCLoss, §8.2.4 _v8).
 
 Three kernels, all deterministic (no atomics):
   ``ctclse``   (normalization SOFTMAX only) log-sum-exp of every activation row [t, n, :]:

@@ -222,7 +222,7 @@ def _flat(families: dict) -> dict:
     out: dict = {}
     for rows in families.values():
         for name, r in rows.items():
-            assert name not in out, f"check name {name} is defined twice in _backend/rules.py"
+            assert name not in out, f"check name {name} is defined twice in cudnn_compat/_backend/rules.py"
             out[name] = r
     return out
 
@@ -236,9 +236,9 @@ def require(check: str, status: "str | None" = None) -> str:
     helpers when they build an error, never on the success path."""
     r = RULES.get(check)
     if r is None:
-        raise UnknownRule(f"check name {check!r} is not a row of _backend/rules.py RULES: add it there "
+        raise UnknownRule(f"check name {check!r} is not a row of cudnn_compat/_backend/rules.py RULES: add it there "
                           f"(status, meaning, 002 section) or raise an existing one")
     if status is not None and status not in r.statuses:
-        raise UnknownRule(f"check {check} raised with status {status}, but its row in _backend/rules.py "
+        raise UnknownRule(f"check {check} raised with status {status}, but its row in cudnn_compat/_backend/rules.py "
                           f"gives {'/'.join(r.statuses)}")
     return check

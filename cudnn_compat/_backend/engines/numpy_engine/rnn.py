@@ -1,7 +1,7 @@
 """``numpy`` engine kernels for RNNRecurrence / RNNRecurrenceBackward (002 §7.1.2.8 the cell
 equations, §8.2.18 cudnnRNNBackwardData_v8): the per-step loop of one layer, every direction, in
 the compute dtype ``dt``.  The definitions (roles, row maps, padding, clip and NaN rules) are in
-_backend/ops/rnn.py; the step order and the row bookkeeping are the reference engine's
+cudnn_compat/_backend/ops/rnn.py; the step order and the row bookkeeping are the reference engine's
 (reference/rnn.py ``_steps``), so both engines walk the same rows.
 
 The input projection x W^T + b of every time step is one Matmul op before this one (the graph

@@ -1,6 +1,6 @@
 """Matmul and the convolutions as GEMMs on cuBLAS through ``cupy.matmul``: a correct fallback
 for every case the reference engine accepts (002 §5.2.10 ConvolutionForward, §5.2.8
-BackwardData, §6.2.2 BackwardFilter; attrs in ``_backend/ops/convolution.py``); the native
+BackwardData, §6.2.2 BackwardFilter; attrs in ``cudnn_compat/_backend/ops/convolution.py``); the native
 cuDNN engine is the fast path.
 
 im2col: the zero-padded input viewed as (N, groups, C/g * taps, output positions) by

@@ -1,4 +1,4 @@
-"""GPU kernels of the RNN recurrence ops and of ``Rng`` (definitions in _backend/ops/rnn.py).
+"""GPU kernels of the RNN recurrence ops and of ``Rng`` (definitions in cudnn_compat/_backend/ops/rnn.py).
 
 ``RNNRecurrence`` / ``RNNRecurrenceBackward`` become a *program* (pure Python, built once per
 plan): per time step ONE cuBLAS GEMM over all gates, batched over the directions

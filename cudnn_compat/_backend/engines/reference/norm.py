@@ -1,7 +1,7 @@
 """Reference kernels for NormForward / NormBackward: batch normalization (002 §3.2.3
 cudnnBatchNormalizationForwardInference, §4.1.4 ForwardTraining, §4.1.2 Backward).
 
-Roles and attrs are listed in ``_backend/ops/resample_norm``.  With m the number of
+Roles and attrs are listed in ``cudnn_compat/_backend/ops/resample_norm``.  With m the number of
 elements reduced per channel (the product of x's dims over ``axes``):
   TRAINING   mean = E[x], var = E[(x - mean)^2] (biased), inv = 1/sqrt(var + eps)
              y = scale*(x - mean)*inv + bias

@@ -1,6 +1,6 @@
 """Reference kernels for ``Rng`` (dropout masks) and ``RNNRecurrence`` /
 ``RNNRecurrenceBackward`` (the per-step loop of one layer, every direction, in float64); the
-exact definitions are in _backend/ops/rnn.py.
+exact definitions are in cudnn_compat/_backend/ops/rnn.py.
 
 ``philox4x32_10(counter, key)`` is Random123's Philox4x32-10, vectorized over counters:
 ``counter`` is a uint32 array of shape (n, 4), ``key`` a pair of uint32; it returns the
@@ -81,7 +81,7 @@ def rng(op, ins):
     return out
 
 
-# -- RNN recurrence (definitions in _backend/ops/rnn.py) ---------------------------------------
+# -- RNN recurrence (definitions in cudnn_compat/_backend/ops/rnn.py) ---------------------------------------
 
 def _sigmoid(v):
     return 0.5 * (1.0 + np.tanh(0.5 * v))

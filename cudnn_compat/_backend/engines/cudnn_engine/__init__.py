@@ -97,6 +97,13 @@ class CudnnEngine(Engine):
         self._why = why
         return why
 
+    def op_kinds(self) -> dict:
+        from ...ops import OP_SPECS
+        from . import graph as g
+        return {k: None if k in g.MAIN_KINDS or k == "Pointwise"
+                else g.DECLINED_KINDS.get(k, f"no cuDNN backend translation for operation kind {k}")
+                for k in sorted(OP_SPECS)}
+
     def check_support(self, graph, place):
         if place not in self.places:
             return f"runs on the gpu place only, not {place}"

@@ -1,5 +1,5 @@
 """Reference kernels for CTCLoss, SpatialTfSamplerForward and SpatialTfSamplerBackward
-(semantics and attrs in _backend/ops/ctc_sampler.py; 002 §8.2.3 cudnnCTCLoss, §3.2.98/§4.1.21
+(semantics and attrs in cudnn_compat/_backend/ops/ctc_sampler.py; 002 §8.2.3 cudnnCTCLoss, §3.2.98/§4.1.21
 the spatial transformer sampler), in float64.
 """
 from __future__ import annotations

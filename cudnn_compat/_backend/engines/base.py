@@ -88,7 +88,7 @@ class ExecutionPlan:
         "failures",  # planner._replan: [(engine, reason)] of the engines that failed at execute
         "last_time",  # planner.execute: seconds of the last general execute (trace)
         "_users", "_retired", "_released",  # plan_cache.acquire/done/retire: running calls, evicted, freed
-        "externals", "written_uids", "bind_program",  # cudnn_compat._core.call: per-plan binding tables, made once
+        "externals", "written_uids", "bind_program",  # cudnn_compat._core.fastbind: per-plan binding tables, made once
         "lane_key",  # cudnn_compat._core.call._add_lane: the key object of the last general-path call
         "gpu_binder", "gpu_lane",  # cudnn_compat._core.fastbind: the generated binder and launch-record lane
         "fuse_static",  # cudnn_compat.tools.fuse._static: what a deferred record needs of the plan, made once
@@ -137,6 +137,12 @@ class Engine:
         return [EngineConfig(self.name, notes=frozenset({"DETERMINISTIC"}))]
 
     def check_support(self, graph, place: str) -> "str | None":
+        return None
+
+    def op_kinds(self) -> "dict | None":
+        """{op kind: None (it runs graphs of that kind, within its per-graph limits) | the reason it
+        declines every graph with that kind}, over every kind of ``ops.OP_SPECS``; None: undeclared.
+        The one statement of what an engine runs (doctor --ops, explain, docs/api.md)."""
         return None
 
     def build(self, graph, config: EngineConfig) -> ExecutionPlan:  # pragma: no cover

@@ -2,7 +2,7 @@
 tensor checks (002 ch. 9 "Finalize" errors: BAD_PARAM for inconsistent attributes,
 NOT_SUPPORTED for unsupported combinations).
 
-This module imports only ``_backend/rules`` (which imports nothing): ``ir`` and every family
+This module imports only ``cudnn_compat/_backend/rules`` (which imports nothing): ``ir`` and every family
 module build on it.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ class GraphError(Exception):
     """A graph that fails a finalize check.  ``status`` is 'BAD_PARAM' or 'NOT_SUPPORTED'."""
 
     def __init__(self, check: str, message: str, status: str = "BAD_PARAM"):
-        require(check, status)  # the closed set of check names (_backend/rules.py)
+        require(check, status)  # the closed set of check names (cudnn_compat/_backend/rules.py)
         super().__init__(f"{check}: {message}")
         self.check = check
         self.status = status

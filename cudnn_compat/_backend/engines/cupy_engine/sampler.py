@@ -1,6 +1,6 @@
 """The spatial-transformer bilinear sampler on the GPU: generated kernels for
 ``SpatialTfSamplerForward`` / ``SpatialTfSamplerBackward`` with the reference engine's semantics
-(reference/adv.py, _backend/ops/ctc_sampler.py; 002 §3.2.98, §4.1.21).
+(reference/adv.py, cudnn_compat/_backend/ops/ctc_sampler.py; 002 §3.2.98, §4.1.21).
 
 u = (grid_x + 1) (Wi - 1) / 2, v = (grid_y + 1) (Hi - 1) / 2; the four integer neighbours of
 (v, u) weigh (1 - |v - iv|) (1 - |u - iu|); a neighbour outside the image, or any neighbour of a

@@ -1,6 +1,6 @@
 """Reference kernels for the convolution ops (002 §5.2.10 ConvolutionForward, §5.2.8
 ConvolutionBackwardData, §6.2.2 ConvolutionBackwardFilter; attrs as documented in
-``_backend/ops/convolution.py``).
+``cudnn_compat/_backend/ops/convolution.py``).
 
 One loop over the filter taps (R*S[*T] iterations); each tap is a batched matmul over the
 groups of a strided slice of the zero-padded input, so memory stays at the input's size.

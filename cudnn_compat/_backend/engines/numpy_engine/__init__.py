@@ -192,9 +192,8 @@ class NumpyEngine(Engine):
         return [EngineConfig(self.name, notes=frozenset({"DETERMINISTIC"}), index=0)]
 
     def op_kinds(self) -> dict:
-        """{kind: None | reason} over every op kind (heuristics.engine_op_kinds, doctor --ops)."""
-        from ...heuristics import all_op_kinds
-        return {k: None if k in KERNELS else "no numpy kernel (the reference engine runs it)" for k in all_op_kinds()}
+        from ...ops import OP_SPECS
+        return {k: None if k in KERNELS else "no numpy kernel (the reference engine runs it)" for k in sorted(OP_SPECS)}
 
     def check_support(self, graph, place):
         if place != "cpu":

@@ -1,4 +1,4 @@
-"""``numpy`` engine kernel for ``Rng`` (the dropout keep-mask, _backend/ops/rnn.py; 002 §3.2.34
+"""``numpy`` engine kernel for ``Rng`` (the dropout keep-mask, cudnn_compat/_backend/ops/rnn.py; 002 §3.2.34
 cudnnDropoutForward): the reference engine's Philox4x32-10 (reference/rnn.py ``rng``), which is
 already integer arithmetic and bit-exact, so dropout graphs stay on this engine.  The int32
 seed/offset words arrive as float64 (the plan's compute dtype for int32 data holds them exactly).
