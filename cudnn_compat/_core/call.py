@@ -18,7 +18,7 @@ from cudnn_compat._backend.plan_cache import CACHE
 from . import fastbind as _fastbind
 from .fastbind import program as _program
 from cudnn_compat._backend.ir import GraphError, Operation, scalar as scalar_tensor, virtual
-from .data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_pointer, host_view, layout
+from .data import _CUPY_NDARRAY, WORKSPACE_TYPES, bind, cupy_ndarray, device_pointer, host_view
 from .data import workspace_arg as _workspace_arg
 from ..handle import on_device, wrong_device
 

@@ -283,11 +283,14 @@ def _stream(h):
     return h.stream if h.stream is not None else contextlib.nullcontext()
 
 
-def _stream_ptr(h) -> int:
-    cap = getattr(_CAPTURE, "stream", None)
-    if cap is not None:
-        return cap
+def _handle_stream(h) -> int:
     return int(h.stream.ptr) if h.stream is not None else 0
+
+
+def _stream_ptr(h) -> int:
+    """``_stream(h)``'s stream as a pointer."""
+    cap = getattr(_CAPTURE, "stream", None)
+    return cap if cap is not None else _handle_stream(h)
 
 
 # -- CUDA graphs of repeated calls ---------------------------------------------------------------
@@ -304,6 +307,11 @@ REPLAY = True  # tests switch it off to compare
 _GRAPHS: OrderedDict = OrderedDict()  # key -> bytes the work allocated (seen once) | _Graph | "failed"
 _GRAPHS_MAX = 8
 _CAPTURE = threading.local()  # .stream: the capture stream; .keep: device arrays the graph reads
+
+
+def _rounded(size) -> int:
+    """Bytes a scratch allocation takes in the capture block (512-byte slices)."""
+    return -(-int(size) // 512) * 512
 
 
 class _Graph:
@@ -327,7 +335,7 @@ def _allocator(sizes: "list | None" = None, block=None):
     used = [0]
 
     def bump(size):
-        start, used[0] = used[0], used[0] + -(-int(size) // 512) * 512
+        start, used[0] = used[0], used[0] + _rounded(size)
         if used[0] > block.mem.size:
             raise MemoryError("fused attention capture: more scratch than the first call used")
         return block + start
@@ -338,7 +346,7 @@ def _replayed(h, key: tuple, work, held=()) -> None:
     """Run ``work()`` (the call's device work, on ``_stream(h)``), or replay its CUDA graph."""
     import cupy
     from cudnn_compat._backend.engines.cupy_engine import runtime
-    sptr = int(h.stream.ptr) if h.stream is not None else 0
+    sptr = _handle_stream(h)
     graphs = runtime.graphs()
     if not REPLAY or graphs.capturing(sptr):
         work()
@@ -350,7 +358,7 @@ def _replayed(h, key: tuple, work, held=()) -> None:
         with cupy.cuda.using_allocator(_allocator(sizes)):
             work()
         with _LOCK:
-            _GRAPHS[key] = sum(-(-s // 512) * 512 for s in sizes)
+            _GRAPHS[key] = sum(_rounded(s) for s in sizes)
             _evict()
         return
     if isinstance(got, int):  # second call: capture, then replay
@@ -401,8 +409,11 @@ def _evict() -> None:
             runtime.graphs().destroy(got.exe)
 
 
-def _addresses(*bufs) -> tuple:
-    return tuple(None if b is None else bg.address(b) for b in bufs)
+def _call_key(kind: str, head: tuple, descs: tuple, *bufs) -> tuple:
+    """What a fused call's launches depend on besides the handle's device and stream: the call,
+    ``head`` (its signature, plan...), the sequence descriptors' settings and every buffer address."""
+    addresses = tuple(None if b is None else bg.address(b) for b in bufs)
+    return (kind,) + head + tuple(d.key() for d in descs) + addresses
 
 
 def _sdpa_run(h, a, c: Core, q, k, plan, ptrs: dict):
@@ -541,10 +552,10 @@ def forward(h, a, c: Core, plan, q, k, v, o, queries, keys, values, out, residua
                 y = cupy.where(_row_masks(h, c, q, k)[0], y, 0)
             _seq(out, o, a.o_size)[...] = y.reshape(o.dimA[BATCH], o.dimA[BEAM], c.tq, -1)
 
-    _replayed(h, ("fwd", sig, id(plan), q.key(), k.key(), v.key(), o.key()) + _addresses(queries, keys, values, out, residuals, weights, reserve,
-                                                     mask if reserve is not None else None), work,
-              held=(mask,) if reserve is not None else ())
-    if reserve is not None:
+    training = reserve is not None
+    _replayed(h, _call_key("fwd", (sig, id(plan)), (q, k, v, o), queries, keys, values, out, residuals, weights,
+                           reserve, mask if training else None), work, held=(mask,) if training else ())
+    if training:
         with _LOCK:
             _RESERVES[(h.device, bg.address(reserve))] = [sig, False, c]
             while len(_RESERVES) > 64:  # reserve spaces of earlier steps, long freed
@@ -608,9 +619,9 @@ def backward_data(h, a, c: Core, plan, q, k, v, o, dout, dqueries, dkeys, dvalue
                 x = _mm(grad.reshape(-1, grad.shape[-1]), wt.w(which))
                 _seq(buf, d, size)[...] = x.reshape(d.dimA[BATCH], d.dimA[BEAM], d.dimA[TIME], size)
 
-    _replayed(h, ("bwd_data", _RESERVES[(h.device, bg.address(reserve))][0], id(plan), q.key(), k.key(), v.key(),
-                  o.key())
-              + _addresses(dout, dqueries, dkeys, dvalues, weights, reserve), work)
+    sig = _RESERVES[(h.device, bg.address(reserve))][0]
+    _replayed(h, _call_key("bwd_data", (sig, id(plan)), (q, k, v, o), dout, dqueries, dkeys, dvalues, weights,
+                           reserve), work)
     with _LOCK:
         _RESERVES[(h.device, bg.address(reserve))][1] = True
     return Ran("cudnn", f"sdpa bprop {plan.config}", workspace_size=plan.workspace)
@@ -651,7 +662,7 @@ def backward_weights(h, a, c: Core, q, k, v, o, queries, keys, values, dout, dwe
                 if bias is not None:
                     put(bias, _col_sum(dy))
 
-    _replayed(h, ("bwd_weights", _RESERVES[(h.device, bg.address(reserve))][0], add, q.key(), k.key(), v.key(),
-                  o.key())
-              + _addresses(queries, keys, values, dout, dweights, reserve), work)
+    sig = _RESERVES[(h.device, bg.address(reserve))][0]
+    _replayed(h, _call_key("bwd_weights", (sig, add), (q, k, v, o), queries, keys, values, dout, dweights, reserve),
+              work)
     return Ran("cudnn", "sdpa weight gradients (cuBLAS)")

@@ -58,6 +58,8 @@ FIXED_KNOBS = frozenset({"EDGE", "USE_TEX", "IDX_MODE", "SPECFILT", "WORKSPACE"}
 KNOB_VALUES = 6
 VARIANTS_PER_ENGINE = 16
 VARIANT_ENGINES = 4
+# heuristics results read when cuDNN's element count answers 0 (``lib.Descriptor.all_descriptors``)
+HEUR_RESULTS_MAX = 256
 
 
 def algo_class(algo: "str | None") -> "str | None":
@@ -330,8 +332,7 @@ def _query(lib, opgraph, mode: str):
         heur.set("ENGINEHEUR_OPERATION_GRAPH", "BACKEND_DESCRIPTOR", opgraph)
         heur.set("ENGINEHEUR_MODE", "HEUR_MODE", lib.HEUR_MODE[HEUR_MODE[mode]])
         heur.finalize()
-        n = heur.count("ENGINEHEUR_RESULTS", "BACKEND_DESCRIPTOR")
-        cfgs = heur.get_descriptors("ENGINEHEUR_RESULTS", "ENGINECFG", n)
+        cfgs = heur.all_descriptors("ENGINEHEUR_RESULTS", "ENGINECFG", HEUR_RESULTS_MAX)
     finally:
         heur.destroy()
     out, seen = [], set()
