@@ -28,6 +28,7 @@ import numpy as np
 import kernel_emu
 from cudnn_compat._backend.engines import cupy_engine
 from cudnn_compat._backend.engines.cupy_engine import runtime
+from cudnn_compat._backend.engines import graphs as _graphs
 
 
 class _Unowned:
@@ -168,18 +169,17 @@ class _NativeGraph:
 
 
 class NativeEmu:
-    """The ``cudnn`` engine over a stand-in libcudnn (see the module docstring); ``executes`` and
-    ``graph_launches`` count what a GPU would have run."""
+    """The ``cudnn`` engine over a stand-in libcudnn (see the module docstring); ``executes`` counts
+    what a GPU would have run (its CUDA graphs go through ``Emu``'s stand-in of ``engines.graphs``,
+    which counts ``captures`` and ``graph_launches``)."""
 
     def __init__(self):
         from cudnn_compat._backend.engines.base import EngineConfig
         from cudnn_compat._backend.engines.cudnn_engine import ENGINE, lib, plan as plan_mod
-        self.executes = self.graph_launches = self.captures = 0
-        self._graph_ids = itertools.count(0x9000)
+        self.executes = 0
         self._saved_engine = {k: ENGINE.__dict__.get(k) for k in ("available", "configs", "build")}
         self._saved_lib = (lib.load, lib.Descriptor, lib.handle_for, dict(lib._handles))
-        self._saved_plan = (plan_mod._runtime, plan_mod._capture_stream, plan_mod.NativeGraph,
-                            plan_mod._configs.execution_plan)
+        self._saved_plan = (plan_mod.NativeGraph, plan_mod._configs.execution_plan)
         lib_ns = types.SimpleNamespace(cudnnBackendExecute=self._execute)
         lib.load = lambda: lib_ns
         lib.Descriptor = _NativeDesc
@@ -189,12 +189,6 @@ class NativeEmu:
             lib._handles.setdefault(device, [0xAB, 0])[1] = stream_ptr
             return lib._handles[device][0]
         lib.handle_for = handle_for
-        rt = types.SimpleNamespace(
-            streamBeginCapture=lambda s, mode=None: None, streamEndCapture=lambda s: next(self._graph_ids),
-            streamIsCapturing=lambda s: False, graphInstantiate=self._instantiate, graphDestroy=lambda g: None,
-            graphLaunch=self._glaunch, graphExecDestroy=lambda g: None)
-        plan_mod._runtime = lambda: rt
-        plan_mod._capture_stream = lambda device: 0xCA97
         plan_mod.NativeGraph = _NativeGraph
 
         def execution_plan(lib_, handle, graph, config):  # a native plan per set of baked alpha/beta values
@@ -222,13 +216,6 @@ class NativeEmu:
         self.executes += 1
         return 0
 
-    def _instantiate(self, graph):
-        self.captures += 1
-        return graph + 0x100000
-
-    def _glaunch(self, exe, stream):
-        self.graph_launches += 1
-
     def restore(self):
         for k, v in self._saved_engine.items():
             if v is None:
@@ -240,7 +227,7 @@ class NativeEmu:
         lib._handles.clear()
         lib._handles.update(handles)
         pm = self.plan_mod
-        pm._runtime, pm._capture_stream, pm.NativeGraph, pm._configs.execution_plan = self._saved_plan
+        pm.NativeGraph, pm._configs.execution_plan = self._saved_plan
 
 
 class Emu:
@@ -254,12 +241,13 @@ class Emu:
         self.launches: list = []
         self._fns: dict = {}
         self._saved = (runtime.cupy, runtime.function, list(runtime.LAUNCH), list(runtime.STREAM_PTR),
-                       cupy_engine._unavailable, list(runtime.GRAPHS))
+                       cupy_engine._unavailable, list(_graphs.GRAPHS))
         self._capture = None
         self.graphs: dict = {}
         self.captures = self.graph_launches = 0
-        runtime.GRAPHS[0] = types.SimpleNamespace(capture=self.capture, launch=self.glaunch, destroy=self.gdestroy,
-                                                  capturing=lambda s: False)
+        _graphs.GRAPHS[0] = types.SimpleNamespace(capture=self.capture, launch=self.glaunch, destroy=self.gdestroy,
+                                                  capturing=lambda s: False, capture_stream=lambda device=None: -7,
+                                                  launch_function=lambda: self.glaunch)
         cp = fake_cupy()
         runtime.cupy = lambda: cp
         runtime.function = self.function
@@ -294,8 +282,8 @@ class Emu:
             return
         self.kernels[f].run_params(params, (gx, gy, gz), (bx, by, bz))
 
-    # -- CUDA graphs (runtime.Graphs) -----------------------------------------------------------------
-    def capture(self, launch_all) -> int:
+    # -- CUDA graphs (engines.graphs) -----------------------------------------------------------------
+    def capture(self, launch_all, device=None) -> int:
         self._capture = []
         try:
             launch_all(-7)
@@ -327,7 +315,7 @@ class Emu:
         if self.native is not None:
             self.native.restore()
         (runtime.cupy, runtime.function, launch, stream, cupy_engine._unavailable, graphs) = self._saved
-        runtime.GRAPHS[:] = graphs
+        _graphs.GRAPHS[:] = graphs
         runtime.LAUNCH[:] = launch
         runtime.STREAM_PTR[:] = stream
         from cudnn_compat._core import data as _data

@@ -369,8 +369,8 @@ def fake_cudnn(monkeypatch):
     executes, fallbacks = [], []
     _FakeDesc.made, _FakeDesc.destroyed = [], []
     rt = _FakeRuntime()
-    monkeypatch.setattr(plan_mod, "_runtime", lambda: rt)
-    monkeypatch.setattr(plan_mod, "_capture_stream", lambda device: 0xCA97)
+    from cudnn_compat._backend.engines import graphs as graphs_mod
+    monkeypatch.setattr(graphs_mod, "GRAPHS", [graphs_mod.Graphs(runtime=rt, stream=lambda device: 0xCA97)])
 
     def execute(h, p, vp):
         (rt.captured if rt.capturing else executes).append((h, p, vp))

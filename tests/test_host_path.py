@@ -295,20 +295,22 @@ def test_a_failed_capture_is_logged_and_the_kernels_launch(emu, rng, monkeypatch
     from cudnn_compat._backend.engines.cupy_engine import runtime
     import host_emu
 
-    def refuse(launch_all):
+    from cudnn_compat._backend.engines import graphs
+
+    def refuse(launch_all, device=None):
         raise RuntimeError("operation not permitted when stream is capturing")
-    monkeypatch.setattr(runtime.GRAPHS[0], "capture", refuse)
+    monkeypatch.setattr(graphs.GRAPHS[0], "capture", refuse)
     h = emu.handle()
     ins, outs, call = case_act_fwd(rng)
     st = _f32({**ins, **outs})
     d = {k: host_emu.EmuArray(v) for k, v in st.items()}
-    with caplog.at_level(logging.WARNING, logger="cudnn_compat.cupy_engine"):
+    with caplog.at_level(logging.WARNING, logger="cudnn_compat.graphs"):
         for _ in range(5):
             st["y"][...] = np.nan
             call(h, d, 1.5, 0.0)
             np.testing.assert_allclose(st["y"], 1.5 * np.maximum(st["x"], 0), rtol=1e-6)
     assert emu.graph_launches == 0
-    (rec,) = [r for r in caplog.records if r.name == "cudnn_compat.cupy_engine"]
+    (rec,) = [r for r in caplog.records if r.name == "cudnn_compat.graphs"]
     assert rec.getMessage().startswith("launch record: CUDA graph capture failed (RuntimeError: operation not "
                                        "permitted when stream is capturing)")
     assert rec.exc_info and rec.exc_info[0] is RuntimeError
@@ -685,12 +687,12 @@ def test_native_lane_binds_and_checks_convolutions(native_emu, monkeypatch):
     plan = cc._core.call.last_plan()
     assert plan.engine == "cudnn"
     general = _count_general(monkeypatch)
-    launches = native_emu.native.graph_launches
+    launches = native_emu.graph_launches
     hits = cc.plan_cache_info().hits
     for _ in range(3):
         fwd()
     assert general[0] == 0 and cc.plan_cache_info().hits == hits + 3
-    assert native_emu.native.graph_launches == launches + 3 and cc._core.call.last_plan() is plan
+    assert native_emu.graph_launches == launches + 3 and cc._core.call.last_plan() is plan
     bad = dict(dev, x=host_emu.EmuArray(bufs["x"].astype(np.float16)))
     with pytest.raises(cc.CuDNNError) as e:
         fwd(bad)

@@ -298,7 +298,7 @@ def _stream_ptr(h) -> int:
 # copies) whose host cost (~0.5 ms) exceeds its device time at the issue's shapes.  A call is
 # keyed by everything its launches depend on (its signature and every device address it reads
 # or writes, the stream); the second call with a key captures its launches into a CUDA graph
-# (runtime.graphs(), the one capture implementation) and every later one replays it.  The
+# (``_backend.engines.graphs``, the one capture implementation) and every later one replays it.  The
 # scratch it allocates comes from one block sized by the first call's allocations (nothing is
 # allocated while capturing) and lives with the graph.  A call made while the caller's stream
 # is itself being captured runs its launches into the caller's capture instead.
@@ -345,9 +345,9 @@ def _allocator(sizes: "list | None" = None, block=None):
 def _replayed(h, key: tuple, work, held=()) -> None:
     """Run ``work()`` (the call's device work, on ``_stream(h)``), or replay its CUDA graph."""
     import cupy
-    from cudnn_compat._backend.engines.cupy_engine import runtime
+    from cudnn_compat._backend.engines import graphs as _graphs
     sptr = _handle_stream(h)
-    graphs = runtime.graphs()
+    graphs = _graphs.graphs()
     if not REPLAY or graphs.capturing(sptr):
         work()
         return
@@ -362,7 +362,7 @@ def _replayed(h, key: tuple, work, held=()) -> None:
             _evict()
         return
     if isinstance(got, int):  # second call: capture, then replay
-        got = _capture(h, work, got, held, graphs, runtime)
+        got = _capture(h, work, got, held, graphs)
         with _LOCK:
             _GRAPHS[key] = got
     if isinstance(got, _Graph):
@@ -374,13 +374,13 @@ def _replayed(h, key: tuple, work, held=()) -> None:
         work()
 
 
-def _capture(h, work, nbytes: int, held, graphs, runtime) -> "_Graph | str":
+def _capture(h, work, nbytes: int, held, graphs) -> "_Graph | str":
     import cupy
     from cudnn_compat._backend.engines.cudnn_engine import lib
     keep = list(held)
     try:
         with cupy.cuda.Device(h.device):
-            lib.handle_for(h.device, graphs.capture_stream().ptr)  # made before capturing (cudnnCreate allocates)
+            lib.handle_for(h.device, graphs.capture_stream(h.device))  # made before capturing (cudnnCreate allocates)
             block = cupy.empty(max(nbytes, 512), cupy.uint8).data
             keep.append(block)
 
@@ -391,9 +391,10 @@ def _capture(h, work, nbytes: int, held, graphs, runtime) -> "_Graph | str":
                         work()
                 finally:
                     _CAPTURE.stream = _CAPTURE.keep = None
-            return _Graph(graphs.capture(launch_all), keep)
+            return _Graph(graphs.capture(launch_all, h.device), keep)
     except Exception as e:  # noqa: BLE001 - the call runs without a graph, and the failure is logged
-        runtime.capture_failed("fused attention", e)
+        from cudnn_compat._backend.engines.graphs import capture_failed
+        capture_failed("fused attention", e)
         return "failed"
 
 
@@ -404,9 +405,9 @@ def _evict() -> None:
         _, got = _GRAPHS.popitem(last=False)
         if isinstance(got, _Graph):
             import cupy
-            from cudnn_compat._backend.engines.cupy_engine import runtime
+            from cudnn_compat._backend.engines import graphs as _graphs
             cupy.cuda.runtime.deviceSynchronize()
-            runtime.graphs().destroy(got.exe)
+            _graphs.graphs().destroy(got.exe)
 
 
 def _call_key(kind: str, head: tuple, descs: tuple, *bufs) -> tuple:

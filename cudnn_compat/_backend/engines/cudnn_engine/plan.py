@@ -11,7 +11,7 @@ the plan keeps one native plan per tuple of their values (``SUBPLANS`` of them).
 CUDA graph replay (``CUDNN_COMPAT_CUDNN_GRAPHS``, default on; "0" turns it off): the host
 cost of cudnnBackendExecute (~10 us on an H100 host) dominates a cached call, so the second
 call with the same native plan, variant pack (data pointers, workspace) and stream captures
-that execute into a CUDA graph (stream capture on a side stream, relaxed mode) and every
+that execute into a CUDA graph (``engines.graphs``, the engines' one capture: a side stream) and every
 later such call is one cudaGraphLaunch on the caller's stream.  The kernels read and write
 the same buffers at run time, so results are those of the execute; plans with by-value
 scalars (their values would be captured) and calls on a stream that is itself being
@@ -22,13 +22,13 @@ device, so binding it to a stream and executing happen under one lock per device
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from collections import OrderedDict
 from operator import itemgetter
 
 from ... import config as _config
 from ..base import EngineDeclined, ExecutionPlan, device_views
+from .. import graphs as _graphs
 from . import configs as _configs
 from . import lib as _lib
 from .graph import ALIGNMENT, NativeGraph
@@ -40,17 +40,10 @@ SUBPLANS = 8  # native plans (one per tuple of baked scalar values) kept per pla
 GRAPHS = 16  # captured CUDA graphs kept per plan (LRU)
 STATS = {"captures": 0, "capture_failures": 0, "graph_launches": 0}  # tests and benchmarks
 _LOCKS: dict = {}  # device -> lock over "bind the shared native handle to a stream, execute"
-_CAPTURE_STREAMS: dict = {}  # device -> the cupy Stream captures run on
 
 
 def _graphs_enabled() -> bool:
     return _config.get("CUDNN_COMPAT_CUDNN_GRAPHS")
-
-
-def _runtime():
-    """The CUDA runtime calls graph replay uses (cupy.cuda.runtime; replaced in CPU tests)."""
-    import cupy
-    return cupy.cuda.runtime
 
 
 def _device_lock(device: int):
@@ -58,15 +51,6 @@ def _device_lock(device: int):
     if lock is None:
         lock = _LOCKS.setdefault(device, threading.Lock())
     return lock
-
-
-def _capture_stream(device: int) -> int:
-    s = _CAPTURE_STREAMS.get(device)
-    if s is None:
-        import cupy
-        with cupy.cuda.Device(device):
-            s = _CAPTURE_STREAMS[device] = cupy.cuda.Stream(non_blocking=True)
-    return s.ptr
 
 
 def _ptr(buf) -> int:
@@ -196,9 +180,9 @@ class CudnnPlan(ExecutionPlan):
             if graphs:  # a graph of this (plan, pack, stream): launch it (its pack was made, and checked, before)
                 gkey = (key, pkey, sptr)
                 g = graphs.get(gkey)
-                if g is not None and g > 0 and not (sptr and _runtime().streamIsCapturing(sptr)):
+                if g is not None and g > 0 and not _graphs.graphs().capturing(sptr):
                     graphs.move_to_end(gkey)
-                    _runtime().graphLaunch(g, sptr)
+                    _graphs.graphs().launch(g, sptr)
                     STATS["graph_launches"] += 1
                     return
             vp = self._packs.get(pkey)
@@ -213,12 +197,12 @@ class CudnnPlan(ExecutionPlan):
                     graphs[gkey] = 0
                     while len(graphs) > GRAPHS:
                         self._drop_graph(graphs.popitem(last=False)[1])
-                elif g != -1 and not (sptr and _runtime().streamIsCapturing(sptr)):
+                elif g != -1 and not _graphs.graphs().capturing(sptr):
                     if g == 0:
                         g = graphs[gkey] = self._capture(plan_ptr, vp)
                     if g > 0:
                         graphs.move_to_end(gkey)
-                        _runtime().graphLaunch(g, sptr)
+                        _graphs.graphs().launch(g, sptr)
                         STATS["graph_launches"] += 1
                         return
             with self._lock:
@@ -234,43 +218,24 @@ class CudnnPlan(ExecutionPlan):
 
     def _capture(self, plan_ptr: int, vp: int) -> int:
         """A CUDA graph (its graphExec) of one execute of ``plan_ptr`` with ``vp``, captured on a
-        side stream (capturing runs nothing); -1 when the execute cannot be captured."""
-        rt = _runtime()
-        graph, st = 0, -1
-        try:
-            cap = _capture_stream(self.device)
+        side stream (``engines.graphs``: capturing runs nothing); -1 when it cannot be captured."""
+        def launch_all(cap: int) -> None:
             with self._lock:
-                handle = _lib.handle_for(self.device, cap)
-                rt.streamBeginCapture(cap)
-                try:
-                    st = self._execute(handle, plan_ptr, vp)
-                finally:
-                    try:
-                        graph = rt.streamEndCapture(cap)
-                    except Exception:  # the capture was invalidated (an uncapturable call inside)
-                        graph = 0
-            if st or not graph:
-                raise RuntimeError(f"capture failed (execute status {st})")
-            exe = rt.graphInstantiate(graph)
-        except Exception:  # anything at all: this (plan, pack, stream) executes directly
+                st = self._execute(_lib.handle_for(self.device, cap), plan_ptr, vp)
+            if st:
+                raise RuntimeError(f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)} under capture")
+        try:
+            exe = _graphs.graphs().capture(launch_all, self.device)
+        except Exception:  # noqa: BLE001 - anything at all: this (plan, pack, stream) executes directly
             STATS["capture_failures"] += 1
             return -1
-        finally:
-            if graph:
-                try:
-                    rt.graphDestroy(graph)
-                except Exception:
-                    pass
         STATS["captures"] += 1
         return exe
 
     @staticmethod
     def _drop_graph(g) -> None:
         if g > 0:
-            try:
-                _runtime().graphExecDestroy(g)
-            except Exception:
-                pass
+            _graphs.graphs().destroy(g)
 
     def _make_pack(self, pkey) -> int:
         """A finalized VARIANT_PACK for (data pointers, workspace), cached; checks alignment."""

@@ -110,6 +110,10 @@ class CupyPlan(ExecutionPlan):
     def release(self) -> None:
         if self._path is not None:
             self._path.clear()
+        for r in self.runs:
+            free = getattr(r, "release", None)
+            if free is not None:
+                free()
 
 
 def epilogue_temps(step, runs) -> list:

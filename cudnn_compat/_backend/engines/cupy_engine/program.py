@@ -14,6 +14,7 @@ import numpy as np
 
 from ... import config as _config
 from . import runtime
+from .. import graphs as _graphs
 from .codegen import KernelSpec
 from .cublas import Cublas, Gemm
 
@@ -136,30 +137,42 @@ class ProgramRun:
             with self.lock:
                 self.cache[key] = entry
                 while len(self.cache) > self.MAX_GRAPHS:
-                    self.cache.popitem(last=False)
+                    _drop(self.cache.popitem(last=False)[1])
         steps, blas = entry.steps
         entry.uses += 1
-        if entry.graph is None and entry.uses >= 2 and _graphs_enabled():
-            entry.graph = self._capture(steps, blas) or False
-        if entry.graph:
-            entry.graph.launch(stream=stream)
+        gr = _graphs.graphs()
+        if entry.graph is None and entry.uses >= 2 and _graphs_enabled() and not gr.capturing(int(stream.ptr)):
+            entry.graph = self._capture(steps, blas, gr)
+        if entry.graph and entry.graph > 0 and not gr.capturing(int(stream.ptr)):
+            gr.launch(entry.graph, int(stream.ptr))
         else:
             self._execute(steps, blas, int(stream.ptr))
 
-    def _capture(self, steps, blas):
+    def _capture(self, steps, blas, gr) -> int:
+        """The graphExec of the step loop (``engines.graphs``); -1 when it cannot be captured."""
         cp = runtime.cupy()
-        cap = cp.cuda.Stream(non_blocking=True)
+
+        def launch_all(cap: int) -> None:
+            with cp.cuda.ExternalStream(cap):  # the kernels launch on the current stream
+                self._execute(steps, blas, cap)
         try:
-            with cap:
-                cap.begin_capture()
-                try:
-                    self._execute(steps, blas, int(cap.ptr))
-                finally:
-                    graph = cap.end_capture()
-            return graph
+            return gr.capture(launch_all)
         except Exception as e:  # noqa: BLE001 - not capturable here: stay eager (correct, slower), logged
-            runtime.capture_failed(f"the {getattr(self.op, 'kind', '?')} program", e)
-            return None
+            _graphs.capture_failed(f"the {getattr(self.op, 'kind', '?')} program", e)
+            return -1
+
+    def release(self) -> None:
+        """Free the captured graphs (the plan left the cache)."""
+        with self.lock:
+            for entry in self.cache.values():
+                _drop(entry)
+            self.cache.clear()
+
+
+def _drop(entry: "_Entry") -> None:
+    if entry.graph and entry.graph > 0:
+        _graphs.graphs().destroy(entry.graph)
+    entry.graph = -1
 
 
 def _np_dtype(name: str):

@@ -31,6 +31,7 @@ import threading
 
 from ... import config
 from . import runtime
+from .. import graphs as _graphs
 
 TRACEABLE = frozenset({"KernelRun", "RowRun", "BnRun"})
 CODES = {"float": "f", "double": "d"}  # by-value argument C types a record patches (struct codes)
@@ -165,7 +166,7 @@ class FastPath:
     """A plan's records, the CUDA graphs captured from them and its generated ``fast`` function.
 
     Graphs: a call whose (stream, variable values) were seen once before is captured from its
-    record into a CUDA graph (runtime.Graphs, on a side stream: capture runs nothing) and every
+    record into a CUDA graph (``engines.graphs``, on a side stream: capture runs nothing) and every
     later such call is one graph launch (about 1.7 us of host time on an H100 host against about
     4 us per cuLaunchKernel: benchmarks/launch_paths.py); a call on a stream that is itself being
     captured launches the kernels.  At most ``GRAPHS`` per plan, oldest dropped first; a capture
@@ -215,7 +216,7 @@ class FastPath:
             g = self.graphs.pop(gk)
             if g > 0:
                 try:
-                    runtime.graphs().destroy(g)
+                    _graphs.graphs().destroy(g)
                 except Exception:  # noqa: BLE001 - a graph that cannot be destroyed is left to the driver
                     pass
 
@@ -235,14 +236,14 @@ class FastPath:
             for f, gx, gy, gz, bx, by, bz, shm, pa in launches:
                 lk(f, gx, gy, gz, bx, by, bz, shm, stream, pa, 0)
         try:
-            g = runtime.graphs().capture(launch_all)
+            g = _graphs.graphs().capture(launch_all)
         except Exception as e:  # noqa: BLE001 - not capturable here: this key keeps launching its kernels
-            runtime.capture_failed("launch record", e)
+            _graphs.capture_failed("launch record", e)
             g = -1
         if gk in self.graphs:
             self.graphs[gk] = g
         elif g > 0:
-            runtime.graphs().destroy(g)
+            _graphs.graphs().destroy(g)
         return g
 
     def compile(self, positional: bool = False):
@@ -311,7 +312,7 @@ class FastPath:
                   "                _capture(gk, launches)",
                   "    _N[0] += rec[2]",
                   "    return True"]
-        gr = runtime.graphs()
+        gr = _graphs.graphs()
         ns = {"_cur": runtime.current_stream_function(), "_recs": self.records, "_pack": self.layout.pack,
               "_ERR": PACK_ERRORS, "_lk": runtime.launcher(), "_N": runtime.LAUNCHES, "_lock": self.lock,
               "_graphs": self.graphs, "_glaunch": getattr(gr, "launch_function", lambda: gr.launch)(), "_capturing": gr.capturing, "_note": self.note,

@@ -112,69 +112,6 @@ def launcher():
     return LAUNCH[0]
 
 
-class Graphs:
-    """CUDA graphs of launch records through cupy.cuda.runtime (tests replace ``GRAPHS[0]``):
-    ``capture(launch_all)`` runs ``launch_all(stream)`` under stream capture on a side stream of
-    the current device and returns the instantiated graph (its graphExec), ``launch(exe, stream)``
-    replays it, ``capturing(stream)`` says whether the caller's stream is itself being captured."""
-
-    def __init__(self):
-        self._streams: dict = {}
-
-    def capture_stream(self):
-        """The side stream captures run on, for the current device (made on first use)."""
-        cp = cupy()
-        dev = cp.cuda.runtime.getDevice()
-        cap = self._streams.get(dev)
-        if cap is None:
-            cap = self._streams[dev] = cp.cuda.Stream(non_blocking=True)
-        return cap
-
-    def capture(self, launch_all) -> int:
-        rt = cupy().cuda.runtime
-        cap = self.capture_stream()
-        graph = 0
-        try:
-            rt.streamBeginCapture(cap.ptr)
-            try:
-                launch_all(cap.ptr)
-            finally:
-                graph = rt.streamEndCapture(cap.ptr)
-            return rt.graphInstantiate(graph)
-        finally:
-            if graph:
-                rt.graphDestroy(graph)
-
-    def launch(self, exe: int, stream: int) -> None:
-        cupy().cuda.runtime.graphLaunch(exe, stream)
-
-    def launch_function(self):
-        """``launch`` as CuPy's Cython cudaGraphLaunch itself (what records call per replay)."""
-        return cupy().cuda.runtime.graphLaunch
-
-    def destroy(self, exe: int) -> None:
-        cupy().cuda.runtime.graphExecDestroy(exe)
-
-    def capturing(self, stream: int) -> bool:
-        return bool(cupy().cuda.runtime.streamIsCapturing(stream))
-
-
-GRAPHS: list = [None]
-
-
-def graphs() -> Graphs:
-    if GRAPHS[0] is None:
-        GRAPHS[0] = Graphs()
-    return GRAPHS[0]
-
-
-def capture_failed(what: str, exc: BaseException) -> None:
-    """Log a CUDA-graph capture that raised, with the exception and its traceback: the caller
-    goes on without the graph (correct, slower), and a broken capture path must show."""
-    log.warning("%s: CUDA graph capture failed (%s: %s); launching without a graph", what,
-                type(exc).__name__, exc, exc_info=exc)
-
-
 def current_stream_function():
     """A function returning CuPy's current stream handle (what ``on_stream(None)`` launches on)."""
     f = STREAM_PTR[0]

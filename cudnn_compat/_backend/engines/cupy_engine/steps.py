@@ -52,6 +52,12 @@ class PyRun:
     def run(self, env, ctx) -> None:
         self.fn(env, ctx)
 
+    def release(self) -> None:
+        """Free what the function keeps (a ProgramRun's CUDA graphs) when the plan is released."""
+        free = getattr(getattr(self.fn, "__self__", None), "release", None)
+        if free is not None:
+            free()
+
 
 def group_run(group: FusedGroup) -> KernelRun:
     return KernelRun(group_kernels(group), [t for t in group.stores.values() if t.is_virtual])
