@@ -61,7 +61,7 @@ def native(monkeypatch):
     finally:
         emu.restore()
         _memo.clear_all()
-        cc._core.call.clear_lanes()
+        cc._core.call.clear_prepared()
         cc.plan_cache_clear()
 
 

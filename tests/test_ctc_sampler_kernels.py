@@ -318,7 +318,7 @@ def emu():
     yield e
     e.restore()
     _memo.clear_all()
-    cc._core.call.clear_lanes()
+    cc._core.call.clear_prepared()
 
 
 def test_legacy_calls_on_a_gpu_handle_take_the_kernels_and_records(emu, monkeypatch):

@@ -214,7 +214,7 @@ def emu():
     yield e
     e.restore()
     _memo.clear_all()
-    cc._core.call.clear_lanes()
+    cc._core.call.clear_prepared()
 
 
 def _emu_place(e, h):
@@ -251,17 +251,18 @@ def test_a_record_is_made_once_and_reused(emu, rng):
     try:
         call(h, dev, 1.0, 0.0)
         plan = cc._core.call.last_plan()
-        fast, rec = plan.fast, next(iter(plan._path.records.values()))
+        fast, rec = plan.launch, next(iter(plan._path.records.values()))
         n0 = runtime.LAUNCHES[0]
         for i in range(5):
             call(h, dev, 1.0 + i, 0.0)
-            assert cc._core.call.last_plan() is plan and plan.fast is fast
+            assert cc._core.call.last_plan() is plan and plan.launch is fast
             assert next(iter(plan._path.records.values())) is rec
     finally:
         records.FastPath.add = orig
     assert len(made) == 1  # traced once: the first call
     assert runtime.LAUNCHES[0] - n0 == 5 * rec[2]  # every later call launched the record's kernels
-    assert plan.gpu_binder is not None and plan.gpu_binder.source  # and bound through the generated binder
+    from cudnn_compat._core import fastbind
+    assert fastbind.values(plan).source  # and bound through the generated binder of its prepared call
     np.testing.assert_allclose(bufs["y"], 5.0 * np.maximum(bufs["x"], 0), rtol=1e-6)
 
 
@@ -382,7 +383,7 @@ def test_overlapping_guarded_buffers_take_the_steps(emu, rng):
     y = np.zeros(P, np.float32)
     cc.cudnnPoolingForward(h, pd, 1.0, xd, host_emu.EmuArray(x.copy()), 0.0, yd, host_emu.EmuArray(y))  # records
     plan = cc._core.call.last_plan()
-    assert plan.fast is not None and plan._path.guards  # x is guarded against y
+    assert plan._path.launch is not None and plan._path.guards  # x is guarded against y
     buf = x.copy()  # y written into x's own memory
     cc.cudnnPoolingForward(h, pd, 1.0, xd, host_emu.EmuArray(buf), 0.0, yd, host_emu.EmuArray(buf))
     np.testing.assert_allclose(buf.ravel()[:want.size], want.ravel(), rtol=1e-6)
@@ -633,7 +634,8 @@ def test_lane_follows_the_plan_cache(emu, rng, monkeypatch):
     call2(h, _dev(_f32({**ins2, **outs2})), 1.0, 0.0)
     assert next(reversed(CACHE._d.values())) is cc._core.call.last_plan()  # the softmax plan
     act_plan = [p for p in CACHE._d.values() if p.graph.name == "ActivationForward"][0]
-    for _ in range(cc._core.call.LANE_LRU_EVERY + 1):
+    from cudnn_compat._backend.prepared import TOUCH_EVERY
+    for _ in range(TOUCH_EVERY + 1):
         call(h, _dev(good), 1.0, 0.0)
     assert next(reversed(CACHE._d.values())) is act_plan
     general = _count_general(monkeypatch)
@@ -655,7 +657,7 @@ def native_emu():
     yield e
     e.restore()
     _memo.clear_all()
-    cc._core.call.clear_lanes()
+    cc._core.call.clear_prepared()
     cc.plan_cache_clear()
 
 
@@ -731,7 +733,7 @@ def test_gpu_cached_calls_give_the_reference_numbers(case, rng):
         assert_close(ref, got, tol=1e-4)
     plan = cc._core.call.last_plan()
     if plan.engine == "cupy" and plan.launch_mode == "record":
-        assert len(plan._path.records) == 1 and plan.fast is not None
+        assert len(plan._path.records) == 1 and plan._path.launch is not None
 
 
 @pytest.mark.gpu

@@ -151,9 +151,14 @@ def test_single_gpu_process_needs_no_device_check(monkeypatch):
 # -- 2. every call runs on its handle's device -----------------------------------------------------
 
 class _Plan:
-    bind_program = ()
     raw_pointers = False
     workspace_size = 0
+    launch_order = ()
+
+    def __init__(self):
+        from cudnn_compat._core import fastbind
+        self.annex = {fastbind.__name__: fastbind._Binding()}
+        self.annex[fastbind.__name__].program = ()
 
 
 def _patch_planner(monkeypatch, fake, fail_execute=False):

@@ -45,9 +45,8 @@ def test_the_declared_fields_have_their_defaults():
     plan = ReferencePlan(_graph(), EngineConfig("reference"))
     assert plan.place is None and plan.declines == [] and plan.failures == [] and plan.cpu_fallback is False
     assert plan.last_time is None and plan._users == 0 and not plan._retired and not plan._released
-    assert plan.externals is plan.written_uids is plan.bind_program is plan.fuse_static is None
-    assert plan.lane_key is plan.gpu_binder is None and plan.gpu_lane is False
-    assert plan.raw_pointers is False and plan.fast is None
+    assert plan.annex == {}  # what the layers above keep per plan, under their module's name
+    assert plan.raw_pointers is False and plan.launch_order == () and plan.launch((), None) is False
 
 
 def test_a_legacy_call_leaves_only_declared_fields(handle):
@@ -60,7 +59,8 @@ def test_a_legacy_call_leaves_only_declared_fields(handle):
     cc.activationForward(handle, act, 1.0, d, x, 0.0, d, y)
     plan = _call.last_plan()
     assert isinstance(plan, NumpyPlan) and not hasattr(plan, "__dict__")  # the CPU default
-    assert plan.place == "cpu" and plan.bind_program is not None and plan.last_time is not None
+    assert plan.place == "cpu" and plan.last_time is not None
+    assert set(plan.annex) == {"cudnn_compat._core.fastbind"} and plan.annex["cudnn_compat._core.fastbind"].program
     assert np.array_equal(y, np.maximum(x, 0))
     cc.destroyActivationDescriptor(act)
     cc.destroyTensorDescriptor(d)

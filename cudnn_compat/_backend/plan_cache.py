@@ -66,6 +66,21 @@ class PlanCache:
         next(self._hits)
         return plan
 
+    def hit(self) -> None:
+        """Count a hit that skipped the lookup (a prepared call of a cached plan)."""
+        next(self._hits)
+
+    def touch(self, key) -> None:
+        """Mark ``key``'s plan most recently used (nothing when it was evicted since)."""
+        try:
+            self._d.move_to_end(key)
+        except KeyError:
+            pass
+
+    def holds(self, key, plan) -> bool:
+        """True when ``plan`` is the cached plan of ``key``."""
+        return self._d.get(key) is plan
+
     def put(self, key, plan) -> None:
         if self.maxsize == 0:
             return

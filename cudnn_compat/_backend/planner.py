@@ -218,17 +218,17 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
     rather than fail).  Engines must fail before writing outputs.  Running out of memory is
     CUDNN_STATUS_ALLOC_FAILED, not a fallback; the reference engine's own errors propagate.
 
-    The cached path first: a plan with ``fast(data, stream)`` (the cupy engine's launch records)
-    runs the call there when it can, with no pack, timing or pinning (such plans hold nothing a
-    concurrent eviction could free under a running launch: the record the call uses stays alive
-    with the call).  ``last_time`` is then the time of the plan's last general execute."""
-    fast = getattr(plan, "fast", None)
-    if fast is not None:
+    The cached path first: a plan with a launcher (``launch_order``: the cupy engine's launch
+    records, the cudnn engine's cached packs) runs the call there when it can, with no pack,
+    timing or pinning (the launcher keeps what it uses alive, or holds the plan's lock against
+    its release).  ``last_time`` is then the time of the plan's last general execute."""
+    order = plan.launch_order
+    if order and plan.raw_pointers:
         try:
-            if fast(data, stream):
+            if plan.launch(tuple([data[u] for u in order]), stream, workspace, workspace_size):
                 return plan
         except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
-            log.warning("engine %s: launch record failed (%s: %s); executing", plan.engine, type(e).__name__, e)
+            log.warning("engine %s: cached launch failed (%s: %s); executing", plan.engine, type(e).__name__, e)
     pack = VariantPack(data, workspace, workspace_size)
     tried = []  # (engine, reason) of the engines that failed at execute
     while True:

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from cudnn_compat._backend import planner
-from cudnn_compat._backend.plan_cache import CACHE
+from cudnn_compat._backend import prepared as _prepared
 from . import fastbind as _fastbind
 from .fastbind import program as _program
 from cudnn_compat._backend.ir import GraphError, Operation, scalar as scalar_tensor, virtual
@@ -121,54 +121,31 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     With ``workspace_arg`` (the size argument's name) the workspace is checked first: a plan that
     needs more than the call gave is replaced by one made to fit it (``fit_workspace``).
 
-    A cached call costs: the plan-cache lookup, one pass over the plan's binding program
-    (``_program``: per tensor a buffer check and a view, or a raw device pointer for plans
-    that take them), the engine's execute.  Every check runs before the engine writes.
-
-    On the GPU place a key object that comes back call after call (the families keep theirs in
-    their memo and call-site entries) gets a *lane* (``_LANES``): the plan it got, still cached,
-    and the plan's generated binder, so the call skips the key's hashing and the variant-pack
-    dict; for launch records the binder patches and launches too (``_core.fastbind.lane``)."""
+    The steady path (issue 26 item 1): a key object that comes back call after call (the families
+    keep theirs in their memo and call-site entries) finds its *prepared call*
+    (``_backend.prepared``: the cached plan, the binder generated for it, its engine's
+    launcher) by identity, and that call runs it: no hashing of the key, no variant-pack dict.
+    Anything the prepared call does not take (a buffer of another form, no record yet for this
+    stream, too little workspace) goes the general way: the plan-cache lookup, one pass over the
+    plan's binding program (``program``: per tensor a buffer check and a view, or a raw device
+    pointer for plans that take them), ``planner.execute``.  Every check runs before the engine
+    writes."""
     if handle.switch and wrong_device(handle):  # issue 17: run on the handle's device (several GPUs only)
         return on_device(handle, run, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg,
                          _hooked)
     if HOOKS and not _hooked:
         return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
-    lane = _LANES.get(id(key))
-    if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
-            and not lane[3]._retired and _DEFAULTS():
-        # the cached lane (issue 14 item 3): the plan this key object got last time, still cached, and
-        # its generated binder (_fastbind) with every buffer check of the loop below; for launch records
-        # the binder launches too.  None/False from it: the general path below binds (and raises).
-        plan, ws = lane[3], workspace
+    prep = _PREPARED.get(id(key))
+    if prep is not None and prep.owner is key and prep.place == handle.place and prep.device == handle.device \
+            and not prep.plan.retired and _DEFAULTS():
+        ws = workspace
         if ws is not None and type(ws) not in WORKSPACE_TYPES:
             ws = _workspace_arg(handle.place, ws)  # rule: a library object is no buffer
-        if workspace_arg is not None and _given(ws, workspace_size) < int(plan.workspace_size):
-            pass  # too little workspace for the lane's plan: the general path fits a plan to it
-        elif lane[6]:  # a launch-record lane: binds and launches (planner.execute's fast path)
-            try:
-                ok = lane[5](tensors, scalars, handle.stream)
-            except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (as planner.execute)
-                planner.log.warning("engine %s: launch record failed (%s: %s); executing", plan.engine,
-                                    type(e).__name__, e)
-                ok = False
-            if ok:
-                next(CACHE._hits)  # a plan-cache hit, counted as planner.get_plan counts it
-                lane[7] += 1
-                if not lane[7] & LANE_LRU_EVERY:
-                    _lane_lru(lane[4])
-                _LAST.plan = plan
-                return plan
-        else:  # a raw-pointer plan (the cudnn engine): the bound pointers go to planner.execute
-            data = lane[5](tensors, scalars)
-            if data is not None:
-                next(CACHE._hits)
-                lane[7] += 1
-                if not lane[7] & LANE_LRU_EVERY:
-                    _lane_lru(lane[4])
-                if type(ws) is np.ndarray:
-                    ws = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
-                plan = planner.execute(plan, data, ws, workspace_size, handle.stream, lane[4])
+        if type(ws) is np.ndarray:
+            ws = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
+        if workspace_arg is None or _given(ws, workspace_size) >= int(prep.plan.workspace_size):
+            plan = prep(tensors, scalars, handle.stream, ws, workspace_size)
+            if plan is not None:
                 _LAST.plan = plan
                 return plan
     place = handle.place
@@ -192,13 +169,13 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
             buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
             data[uid] = host_view(buf, t, argname, written)
     else:
-        # plans that take raw device pointers (the cudnn engine) skip building CuPy views; a
-        # contiguous CuPy array big enough for the tensor is its pointer (device_pointer's fast path)
-        raw = getattr(plan, "raw_pointers", False)
+        # plans that take raw device pointers (the cudnn engine, launch records) skip building CuPy
+        # views; a contiguous CuPy array big enough for the tensor is its pointer (device_pointer's fast path)
+        raw = plan.raw_pointers
         nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else cupy_ndarray()
-        # the cached path: the plan's generated binder (_fastbind) makes this loop's fast-path test for
-        # every tensor at once; None when some buffer needs the loop (its checks and errors)
-        bound = (plan.gpu_binder or _fastbind.binder(plan))(tensors, scalars) if raw else None
+        # the plan's generated binder (_fastbind) makes this loop's fast-path test for every tensor
+        # at once; None when some buffer needs the loop (its checks and errors)
+        bound = _fastbind.binder(plan)(tensors, scalars) if raw else None
         if bound is not None:
             data = bound
         for uid, t, by_value, written, need, st, acc in (_program(plan) if bound is None else ()):
@@ -221,69 +198,55 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
     if staged:
         copy_back(plan, tensors, staged)
-    elif place != "cpu" and getattr(plan, "raw_pointers", False) and key is full_key:  # no lane for a fitted plan
-        _add_lane(plan, orig_key, key, place, handle.device)
+    elif place != "cpu" and key is full_key:  # no prepared call for a fitted plan
+        _remember(plan, orig_key, key, place, handle.device)
     _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
     return plan
 
 
-# -- lanes: id(key object) -> [key, place, device, plan, full key, lane function, is a
-# launch-record lane, calls] ---------------------------------------------------------------------------------
-# A family whose key tuple is the same object call after call (kept in its _memo entry) gets a lane on
-# its second general-path call with that object: no plan-cache hashing of the key, no variant-pack dict.
-# The key object is held by its lane, so its id cannot name another tuple while the lane lives.
-_LANES: dict = {}
-LANES_MAX = 1024
-# A lane call is a plan-cache hit (counted every time); its plan is moved to the LRU end on every 8th
-# call of the lane (and on each general-path call), not on each: the move hashes the whole key, about
-# a tenth of a lane call.  A plan in use stays among the recently used unless over CUDNN_COMPAT_PLAN_
-# CACHE_SIZE other signatures are planned between two of its moves.
-LANE_LRU_EVERY = 7
+# -- prepared calls by key object: id(key object) -> Prepared (owner: that object) -------------------
+# A family whose key tuple is the same object call after call (kept in its _memo entry) gets the
+# prepared call of its plan on its second general-path call with that object.  The key object is
+# held by the prepared call (``owner``), so its id cannot name another tuple while the entry lives.
+_PREPARED: dict = {}
+PREPARED_MAX = 1024
+_SEEN: dict = {}  # id(key object) -> the key object of the last general-path call (first sightings)
 _DEFAULTS = planner.DEFAULTS_APPLY  # config.unset_fast: no forced engine, fallback on, no override
 
 
-def _add_lane(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None:
-    """Make a lane for ``key_obj`` when the same object came with the last general-path call of
-    ``plan`` and ``plan`` is the cached plan of ``full_key`` (no forced engine in the environment)."""
-    if plan.lane_key is not key_obj:
-        plan.lane_key = key_obj  # the first sighting: a key made per call never comes again
+def _remember(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None:
+    """Prepare ``plan`` for ``key_obj`` when the same object came with its last general-path call
+    too (a key made per call never comes again) and ``plan`` is the cached plan of ``full_key``
+    (no forced engine in the environment)."""
+    if _SEEN.get(id(key_obj)) is not key_obj:
+        if len(_SEEN) >= PREPARED_MAX:
+            _SEEN.clear()
+        _SEEN[id(key_obj)] = key_obj
         return
-    if not _DEFAULTS() or CACHE._d.get(full_key) is not plan:
+    if not _DEFAULTS():
         return
-    fn = _fastbind.lane(plan)  # launch records: bind and launch
-    record = fn is not None
-    if not record:
-        if getattr(plan, "_path", None) is not None:  # records that cannot be laned: the general path
-            return
-        fn = plan.gpu_binder or _fastbind.binder(plan)
-        if fn is _fastbind._none:
-            return
-    if len(_LANES) >= LANES_MAX:
-        _LANES.clear()
-    _LANES[id(key_obj)] = [key_obj, place, device, plan, full_key, fn, record, 0]
-
-
-def _lane_lru(full_key) -> None:
-    """Mark the lane's plan most recently used in the plan cache's LRU order."""
-    try:
-        CACHE._d.move_to_end(full_key)
-    except KeyError:  # evicted since: still this call's plan (as get_plan says)
-        pass
+    prep = _prepared.prepare(plan, full_key, _fastbind.values(plan), key_obj, device)
+    if prep is None or prep.place != place:
+        return
+    if len(_PREPARED) >= PREPARED_MAX:
+        _PREPARED.clear()
+    _PREPARED[id(key_obj)] = prep
 
 
 def cached_plan(handle, key: tuple, build):
-    """``plan_for``, or the plan of ``key``'s lane when it has a valid one (no hashing of the key;
-    not counted as a plan-cache hit: the call that runs it next counts one)."""
-    lane = _LANES.get(id(key))
-    if lane is not None and lane[0] is key and lane[1] == handle.place and lane[2] == handle.device \
-            and not lane[3]._retired and _DEFAULTS():
-        return lane[3]
+    """``plan_for``, or the plan of ``key``'s prepared call when it has a valid one (no hashing of
+    the key; not counted as a plan-cache hit: the call that runs it next counts one)."""
+    prep = _PREPARED.get(id(key))
+    if prep is not None and prep.owner is key and prep.place == handle.place and prep.device == handle.device \
+            and not prep.plan.retired and _DEFAULTS():
+        return prep.plan
     return plan_for(handle, key, build)
 
 
-def clear_lanes() -> None:
-    """Forget every lane (tests)."""
-    _LANES.clear()
+def clear_prepared() -> None:
+    """Forget every prepared call (tests)."""
+    _PREPARED.clear()
+    _SEEN.clear()
 
 
 def _read_only(argname: str):

@@ -1,49 +1,80 @@
-"""The binding of a cached call on the GPU place, generated per plan (issue 14 item 3).
+"""The binding of a call to a plan's tensors: the binding program of each plan and, on the GPU
+place, its generated binders (issue 14 item 3; issue 26 item 2: the one code generator).
 
-``_core.call.run`` binds every external tensor of a plan to the caller's buffer.  For plans that take
-raw device pointers (``plan.raw_pointers``: the cudnn engine, the cupy engine's launch records)
-the common case is a contiguous CuPy array of the descriptor's dtype, big enough: its address is
-the binding (a device pointer int above POINTER_MIN is its own binding, as ``device_pointer`` says).  ``binder(plan)`` generates, once per plan, a function unrolled over the plan's
-tensors that makes exactly ``_core.call.run``'s fast-path test for each of them (``type(buf) is
-cupy.ndarray``, dtype identity or membership in the accepted set, C or F contiguity, ``nbytes``
-at least the span) and returns the variant-pack dict ``{uid: pointer or scalar}``; on the first
-buffer that is anything else it returns None and ``_core.call.run``'s general loop binds the call
-(and raises its errors).  Scalars reach it as the floats ``_core.data.scalar`` made of the caller's
-alpha, beta or fill (the one place their rules apply, the host-address one included), so the
-generated code passes them on unchecked.  A prior-output tensor (``uid + Y_PRIOR_OFFSET``) not given by the caller
-takes the output's pointer, as the loop does.
+``_core.call.run`` binds every external tensor of a plan to the caller's buffer.  ``program(plan)``
+is what that needs of each tensor, computed once per plan.  For plans that take raw device
+pointers (``plan.raw_pointers``: the cudnn engine, the cupy engine's launch records) the common
+case is a contiguous CuPy array of the descriptor's dtype, big enough: its address is the binding
+(a device pointer int above POINTER_MIN is its own binding, as ``device_pointer`` says).
 
-``lane(plan)``: for a cupy plan with launch records, the same checks generated into one function
-``lane(tensors, scalars, stream) -> bool`` that hands the pointers and scalars straight to the
-record's ``fastp`` (no variant-pack dict, no ``planner.execute``): ``_core.call.run``'s cached lane.
-False (nothing launched) on the first buffer the binder would refuse, or when the record cannot
-launch (no record yet for the stream, a guarded overlap, a scalar that does not pack): the
-general path then binds, checks and executes the call.
+Two binders are generated per plan, each a function unrolled over the plan's tensors making
+exactly ``_core.call.run``'s fast-path test for each (``type(buf) is cupy.ndarray``, dtype
+identity or membership in the accepted set, C or F contiguity, ``nbytes`` at least the span):
+
+  binder(plan)  ``bind(tensors, scalars) -> {uid: pointer or scalar}``: the variant pack of the
+                general path (``_core.call.run``)
+  values(plan)  ``values(tensors, scalars) -> (value, ...)`` in ``plan.launch_order``: the binder
+                of the plan's prepared call (``_backend/prepared.py``), whose launcher the engine
+                supplies
+
+Both return None on the first buffer that is anything else; ``_core.call.run``'s general loop then
+binds the call (and raises its errors).  Scalars reach them as the floats ``_core.data.scalar``
+made of the caller's alpha, beta or fill (the one place their rules apply, the host-address one
+included), so the generated code passes them on unchecked.  A prior-output tensor (``uid +
+Y_PRIOR_OFFSET``) not given by the caller takes the output's pointer, as the loop does.
+
+Generated source is kept: each function's ``source``, and ``linecache`` under its file name
+(``<cudnn_compat binder N: engine config>``), so a traceback through it shows the line;
+``dump(directory)`` writes every source made in this process (and ``CUDNN_COMPAT_DUMP_KERNELS=dir``
+writes each as it is made, beside the CUDA kernels).
 """
 from __future__ import annotations
 
+import itertools
+import linecache
+import os
+
+from cudnn_compat._backend import config as _config
 from . import data as _data
 from .data import layout
 from .uids import PRIOR_OFFSET as Y_PRIOR_OFFSET  # uid of "y before the call" = uid(y) + this
+
+
+class _Binding:
+    """What this module keeps per plan (``plan.annex[__name__]``), each made on first use."""
+
+    __slots__ = ("externals", "written", "program", "binder", "values")
+
+    def __init__(self):
+        self.externals = self.written = self.program = self.binder = self.values = None
+
+
+def _of(plan) -> _Binding:
+    b = plan.annex.get(__name__)
+    if b is None:
+        b = plan.annex[__name__] = _Binding()
+    return b
 
 
 # -- the binding program of a plan (what ``_core.call.run`` and the generated binders read) ---------
 
 def externals(plan) -> dict:
     """uid -> tensor of the plan's external inputs and outputs (kept on the plan)."""
-    ext = getattr(plan, "externals", None)
+    b = _of(plan)
+    ext = b.externals
     if ext is None:
         ext = {t.uid: t for t in plan.graph.external_inputs()}
         ext.update({t.uid: t for t in plan.graph.external_outputs()})
-        plan.externals = ext
+        b.externals = ext
     return ext
 
 
 def written(plan) -> frozenset:
     """uids of the plan's external outputs (the buffers a call writes)."""
-    out = getattr(plan, "written_uids", None)
+    b = _of(plan)
+    out = b.written
     if out is None:
-        out = plan.written_uids = frozenset(t.uid for t in plan.graph.external_outputs())
+        out = b.written = frozenset(t.uid for t in plan.graph.external_outputs())
     return out
 
 
@@ -52,72 +83,92 @@ def program(plan) -> tuple:
     ((uid, tensor, is by-value scalar, is written, bytes spanned, storage dtype, accepted array
     dtypes), ...): the dtype table of _data.ACCEPTED is looked up here, so binding a buffer costs
     one dtype identity test (a set membership for byte views)."""
-    prog = getattr(plan, "bind_program", None)
+    b = _of(plan)
+    prog = b.program
     if prog is None:
         outs = written(plan)
-        prog = plan.bind_program = tuple(
+        prog = b.program = tuple(
             (uid, t, t.is_by_value, uid in outs) + ((0, None, None) if t.is_by_value else
                                                       (layout(t)[1], layout(t)[0], layout(t)[3]))
             for uid, t in externals(plan).items())
     return prog
 
 
-# -- the generated binders and lanes ---------------------------------------------------------------
+# -- the generated binders ---------------------------------------------------------------------------
 
 def _none(tensors, scalars):
     return None
 
 
+def _nd():
+    return _data._CUPY_NDARRAY[0] if _data._CUPY_NDARRAY else _data.cupy_ndarray()
+
+
 def binder(plan):
-    """The plan's generated binder (made on first use, kept on the plan)."""
-    fn = plan.gpu_binder
-    if fn is not None:
-        return fn
-    fn = _none
-    if getattr(plan, "raw_pointers", False):
-        nd = _data._CUPY_NDARRAY[0] if _data._CUPY_NDARRAY else _data.cupy_ndarray()
-        fn = _generate(program(plan), nd, Y_PRIOR_OFFSET)
-    plan.gpu_binder = fn
+    """The plan's generated variant-pack binder (made on first use, kept on the plan); ``_none``
+    for a plan that takes no raw pointers."""
+    b = _of(plan)
+    fn = b.binder
+    if fn is None:
+        fn = b.binder = _generate(plan, program(plan), _nd(), Y_PRIOR_OFFSET) if plan.raw_pointers else _none
     return fn
 
 
-def lane(plan):
-    """The plan's generated lane (made on first use, kept on the plan), or None when the plan has
-    no launch records (``plan._path``: records.FastPath) or takes no raw pointers."""
-    if plan.gpu_lane is not False:  # made before (a function, or None)
-        return plan.gpu_lane
-    fn = None
-    path = getattr(plan, "_path", None)
-    if getattr(plan, "raw_pointers", False) and path is not None and hasattr(path, "order"):
-        nd = _data._CUPY_NDARRAY[0] if _data._CUPY_NDARRAY else _data.cupy_ndarray()
-        fn = _generate(program(plan), nd, Y_PRIOR_OFFSET, path)
-    plan.gpu_lane = fn
-    return fn
+def values(plan):
+    """The plan's generated values binder for its prepared call (made on first use, kept on the
+    plan), or None when the plan has no launcher (``launch_order`` empty) or takes no raw pointers."""
+    b = _of(plan)
+    fn = b.values
+    if fn is None:
+        order = plan.launch_order
+        ok = plan.raw_pointers and order and set(order) <= set(externals(plan))
+        fn = b.values = _generate(plan, program(plan), _nd(), Y_PRIOR_OFFSET, tuple(order)) if ok else False
+    return fn or None
 
 
-def _generate(prog, nd, prior_offset: int, path=None):
-    """The binder of ``prog``; with ``path`` (a records.FastPath) the lane that launches it."""
-    fail = "False" if path is not None else "None"
+_SERIAL = itertools.count(1)
+SOURCES: dict = {}  # file name -> source of every function generated in this process
+SOURCES_MAX = 4096
+
+
+def dump(directory: str) -> list:
+    """Write every generated source to ``directory`` (one .py file each); returns the paths."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for name, src in list(SOURCES.items()):
+        path = os.path.join(directory, _file_stem(name) + ".py")
+        with open(path, "w") as f:
+            f.write(f"# {name}\n" + src)
+        paths.append(path)
+    return paths
+
+
+def _file_stem(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name.strip("<>")).strip("_")[:120]
+
+
+def _generate(plan, prog, nd, prior_offset: int, order=None):
+    """The variant-pack binder of ``prog``; with ``order`` (uids) the values binder."""
     tensors = [(e[0], e[4], e[5], e[6]) for e in prog if not e[2]]  # (uid, need, storage, accepted)
     scalars = [e[0] for e in prog if e[2]]
     uids = {u for u, *_ in tensors}
     # outputs before their priors, so a prior the caller did not pass can reuse the output's pointer
     tensors.sort(key=lambda e: (e[0] - prior_offset in uids, e[0]))
     need_of = {u: n for u, n, _s, _a in tensors}
-    ns = {"ND": nd, "P": path}
-    lines = ["def lane(tensors, scalars, stream):" if path is not None else "def bind(tensors, scalars):"]
+    ns = {"ND": nd}
+    lines = ["def values(tensors, scalars):" if order is not None else "def bind(tensors, scalars):"]
     for k, (u, need, storage, acc) in enumerate(tensors):
         ns[f"S{k}"], ns[f"A{k}"] = storage, acc
         base = u - prior_offset
         check = ["        if type(b) is ND:",
                  f"            if (b.dtype is not S{k} and b.dtype not in A{k}) or not (b._c_contiguous or b._f_contiguous) "
                  f"or b.nbytes < {need}:",
-                 f"                return {fail}",
+                 "                return None",
                  f"            p{u} = b.data.ptr",
                  f"        elif type(b) is int and b >= {_data.POINTER_MIN}:",  # a device pointer (device_pointer)
                  f"            p{u} = b",
                  "        else:",
-                 f"            return {fail}"]
+                 "            return None"]
         if base in uids and need_of[base] == need:
             lines += [f"    e = tensors.get({u})",
                       "    if e is None:",
@@ -128,15 +179,32 @@ def _generate(prog, nd, prior_offset: int, path=None):
             lines += [f"    e = tensors.get({u})"]
             if base in uids:
                 lines += ["    if e is None:", f"        e = tensors[{base}]"]
-            lines += ["    if e is None:", f"        return {fail}", "    b = e[0]"]
+            lines += ["    if e is None:", "        return None", "    b = e[0]"]
             lines += [c[4:] for c in check]
-    if path is not None:
-        args = ", ".join(f"p{u}" if u in uids else f"scalars[{u}]" for u in path.order)
-        lines += ["    f = P.fastp", "    if f is None:", "        return False", f"    return f(stream, {args})"]
+    if order is not None:
+        items = [f"p{u}" if u in uids else f"scalars[{u}]" for u in order]
+        lines.append(f"    return ({', '.join(items)}{',' if len(items) == 1 else ''})")
     else:
         items = [f"{u}: p{u}" for u, *_ in tensors] + [f"{u}: scalars[{u}]" for u in scalars]
         lines.append(f"    return {{{', '.join(items)}}}")
-    exec(compile("\n".join(lines) + "\n", "<gpu binder>", "exec"), ns)
-    fn = ns["lane" if path is not None else "bind"]
-    fn.source = "\n".join(lines)
+    source = "\n".join(lines) + "\n"
+    name = f"<cudnn_compat {'values' if order is not None else 'binder'} {next(_SERIAL)}: {plan.config}>"
+    exec(compile(source, name, "exec"), ns)
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    if len(SOURCES) >= SOURCES_MAX:
+        for old in list(SOURCES)[:SOURCES_MAX // 2]:
+            SOURCES.pop(old, None)
+            linecache.cache.pop(old, None)
+    SOURCES[name] = source
+    where = _config.get("CUDNN_COMPAT_DUMP_KERNELS") or ""
+    if where:
+        try:
+            os.makedirs(where, exist_ok=True)
+            with open(os.path.join(where, _file_stem(name) + ".py"), "w") as f:
+                f.write(f"# {name}\n" + source)
+        except OSError:
+            pass
+    fn = ns["values" if order is not None else "bind"]
+    fn.source = source
+    fn.filename = name
     return fn

@@ -107,7 +107,7 @@ def _elementwise_reader(graph, uid: int, dims) -> bool:
 def _static(plan) -> tuple:
     """What ``record`` needs of a plan, computed once per plan: for each external data tensor
     (uid, tensor, is input, is output, bytes spanned, layout, read element-wise only)."""
-    info = getattr(plan, "fuse_static", None)
+    info = plan.annex.get(__name__)
     if info is None:
         graph = plan.graph
         ins = {t.uid for t in graph.external_inputs() if not t.is_by_value}
@@ -115,7 +115,7 @@ def _static(plan) -> tuple:
         info = tuple((uid, t, uid in ins, uid in outs, extent_bytes(t), (t.dims, t.strides, t.dtype),
                       uid not in ins or _elementwise_reader(graph, uid, t.dims))
                      for uid, t in _fastbind.externals(plan).items() if not t.is_by_value)
-        plan.fuse_static = info
+        plan.annex[__name__] = info
     return info
 
 

@@ -74,12 +74,18 @@ class ExecutionPlan:
     """CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR.
 
     Every field a plan carries is declared here (``__slots__``): what the engine gives it, and
-    what the planner, the plan cache and the legacy layer keep on it, each set by the one module
-    named beside it.  An engine's plan class declares its own fields in its own ``__slots__``;
-    setting any other attribute raises AttributeError (tests/test_plan_state.py).  Engine
-    protocol attributes with a class-level default, overridden by engines that have them:
-    ``raw_pointers`` (the plan may be bound with device pointers as ints) and ``fast``
-    (``fast(data, stream) -> bool``, planner.execute's cached path)."""
+    what the planner and the plan cache keep on it, each set by the one module named beside it;
+    what the layers above keep per plan goes in ``annex`` (a dict keyed by the owning module's
+    name: the legacy layer's binding program, tools.fuse's statics).  An engine's plan class
+    declares its own fields in its own ``__slots__``; setting any other attribute raises
+    AttributeError (tests/test_plan_state.py).
+
+    The engine's side of a prepared call (``_backend.prepared``; issue 26): ``launch_order``, the
+    uids whose values ``launch(values, stream, workspace, workspace_size)`` takes (device
+    pointers as ints for the caller's buffers, then by-value scalars), and ``launch``, which runs
+    a cached call from them and returns True, or returns False having done nothing (no record
+    yet, a pointer it cannot take...) so that ``execute`` runs it.  The default has no launcher.
+    ``raw_pointers``: the plan may be bound with device pointers as ints."""
 
     __slots__ = (
         "graph", "config", "workspace_size",  # the engine's build
@@ -88,15 +94,12 @@ class ExecutionPlan:
         "failures",  # planner._replan: [(engine, reason)] of the engines that failed at execute
         "last_time",  # planner.execute: seconds of the last general execute (trace)
         "_users", "_retired", "_released",  # plan_cache.acquire/done/retire: running calls, evicted, freed
-        "externals", "written_uids", "bind_program",  # cudnn_compat._core.fastbind: per-plan binding tables, made once
-        "lane_key",  # cudnn_compat._core.call._add_lane: the key object of the last general-path call
-        "gpu_binder", "gpu_lane",  # cudnn_compat._core.fastbind: the generated binder and launch-record lane
-        "fuse_static",  # cudnn_compat.tools.fuse._static: what a deferred record needs of the plan, made once
+        "annex",  # the layers above: {owning module: what it keeps per plan}
         "__weakref__",
     )
 
     raw_pointers = False
-    fast = None
+    launch_order = ()
 
     def __init__(self, graph, config: EngineConfig, workspace_size: int = 0):
         self.graph = graph
@@ -109,13 +112,20 @@ class ExecutionPlan:
         self.last_time = None
         self._users = 0
         self._retired = self._released = False
-        self.externals = self.written_uids = self.bind_program = None
-        self.lane_key = self.gpu_binder = self.fuse_static = None
-        self.gpu_lane = False  # not made yet (made: the lane function, or None for no lane)
+        self.annex = {}
 
     @property
     def engine(self) -> str:
         return self.config.engine
+
+    @property
+    def retired(self) -> bool:
+        """The plan left the plan cache (plan_cache.retire): a prepared call of it is stale."""
+        return self._retired
+
+    def launch(self, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
+        """Run a cached call from ``values`` (in ``launch_order``); False: not run, ``execute`` it."""
+        return False
 
     def execute(self, pack: VariantPack, stream=None) -> None:  # pragma: no cover - interface
         raise NotImplementedError

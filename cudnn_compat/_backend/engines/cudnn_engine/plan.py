@@ -49,7 +49,7 @@ def _graphs_enabled() -> bool:
 def _device_lock(device: int):
     lock = _LOCKS.get(device)
     if lock is None:
-        lock = _LOCKS.setdefault(device, threading.Lock())
+        lock = _LOCKS.setdefault(device, threading.RLock())
     return lock
 
 
@@ -103,8 +103,9 @@ def _baked_key(baked: list):
 
 class CudnnPlan(ExecutionPlan):
     __slots__ = ("spec", "device", "_graphs", "_keep", "_execute", "_subplans", "_base_key", "_plan_ptr", "_baked",
-                 "_key_of", "_scalars", "_binding", "_uids", "_data_srcs", "_get_bufs", "_scalar_slots", "_same",
-                 "_packs", "_pack_descs", "_ws", "_sub_owned", "sub_configs", "autotune", "_lock", "_cuda_graphs")
+                 "_key_of", "_scalars", "_binding", "_uids", "_data_srcs", "_nptr", "_nbuf", "_scalar_at", "_same_at",
+                 "_packs", "_pack_descs", "_ws", "_sub_owned", "sub_configs", "autotune", "_lock", "_cuda_graphs",
+                 "launch_order")
 
     def __init__(self, graph, config, spec, device: int, native_graph: NativeGraph, plan_desc, workspace: int,
                  keep: list, values: tuple):
@@ -129,11 +130,23 @@ class CudnnPlan(ExecutionPlan):
             else:
                 self._binding.append((src, None, 0))
         self._uids = [b[0] for b in spec.bind]
-        # per call: the buffers of the data tensors (bind order) and the by-value scalars' slots
+        # the values of a call (``launch_order``): the data tensors' pointers (bind order), then the
+        # by-value scalars, then the baked scalars (what picks the native plan)
         self._data_srcs = [src for src, slot, _ in self._binding if slot is None]
-        self._get_bufs = _getter(self._data_srcs)
-        self._scalar_slots = tuple((src, slot) for src, slot, _ in self._binding if slot is not None)
-        self._same = list(spec.same_memory)
+        scalar_srcs = [src for src, slot, _ in self._binding if slot is not None]
+        order = list(dict.fromkeys(self._data_srcs))
+        if len(order) != len(self._data_srcs):
+            raise EngineDeclined("cudnn", "a tensor is bound twice")  # never made by graph.py
+        self._nptr = len(order)  # the pointers of the VARIANT_PACK, then those of the prior outputs
+        order += [u for u in dict.fromkeys(u for pair in spec.same_memory for u in pair) if u not in order]
+        self._nbuf = len(order)
+        order += [u for u in dict.fromkeys(scalar_srcs + [uid for uid, _ in self._baked if uid is not None])
+                  if u not in order]
+        self.launch_order = tuple(order)
+        at = {u: i for i, u in enumerate(order)}
+        self._scalar_at = tuple((at[src], slot) for src, slot, _ in self._binding if slot is not None)
+        self._same_at = tuple((at[a], at[b]) for a, b in spec.same_memory)
+        self._key_of = _baked_key([(None if uid is None else at[uid], default) for uid, default in self._baked])
         self._packs: OrderedDict = OrderedDict()  # (data pointers, workspace) -> VARIANT_PACK pointer
         self._pack_descs: dict = {}  # VARIANT_PACK pointer -> its Descriptor (destroyed on eviction)
         self._ws: dict = {}
@@ -143,39 +156,82 @@ class CudnnPlan(ExecutionPlan):
         self._lock = _device_lock(device)
         # (baked-scalar key, pack key, stream) -> 0 (executed once), graphExec (> 0) or -1 (not capturable);
         # None: no graph replay for this plan (turned off, or by-value scalars whose values a graph would fix)
-        self._cuda_graphs = OrderedDict() if (_graphs_enabled() and not self._scalar_slots) else None
+        self._cuda_graphs = OrderedDict() if (_graphs_enabled() and not self._scalar_at) else None
 
     raw_pointers = True  # the legacy layer may bind device pointers as plain ints
 
     # -- per call -------------------------------------------------------------------------
     def execute(self, pack, stream=None) -> None:
-        """The cached path: the baked scalars pick the native plan, the data pointers (with the
-        workspace) pick a cached VARIANT_PACK (LRU of ``PACK_CACHE``; alignment is checked when a
-        pointer tuple is first seen), then one cudnnBackendExecute, or the launch of the CUDA
-        graph captured from it.  No allocation but the key tuples, no logging."""
+        """A call from a variant pack (the general path): its values in ``launch_order``, then
+        ``_run`` making whatever the call needs (a native plan for new baked scalars, a workspace,
+        a VARIANT_PACK, checked for alignment when first seen)."""
         data = pack.data
         try:
+            n = self._nbuf
+            values = tuple([data[u] if i >= n or type(data[u]) is int else _ptr(data[u])
+                            for i, u in enumerate(self.launch_order)])
             sptr = 0 if stream is None else int(getattr(stream, "ptr", stream) or 0)
-            if self._scalar_slots:
-                scalars = self._scalars
-                for src, slot in self._scalar_slots:
-                    scalars[slot] = float(data[src])
-            for a, b in self._same:
-                pa, pb = data[a], data[b]
-                if pa is not pb and _ptr(pa) != _ptr(pb):
-                    raise EngineDeclined("cudnn", f"the blend's prior output (uid {a}) is not the output buffer (uid {b})")
-            if self._key_of is None:
-                key, plan_ptr, need = None, self._plan_ptr, self.workspace_size
+            self._run(values, sptr, pack.workspace, pack.workspace_size, True)
+        except BaseException:  # declined or failed: the next engine (planner.execute) gets CuPy arrays
+            _views_for_fallback(self.graph, data)
+            raise
+
+    def launch(self, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
+        """A prepared call's launcher: ``_run`` from what earlier calls made (the native plan of
+        the baked scalars, the workspace, the VARIANT_PACK); False when something is missing."""
+        sptr = 0 if stream is None else (stream if type(stream) is int else int(stream.ptr or 0))
+        try:
+            return self._run(values, sptr, workspace, workspace_size, False)
+        except TypeError:  # a value that is no pointer (an array from a fallback's views): execute
+            return False
+
+    def _run(self, values: tuple, sptr: int, workspace, workspace_size: int, make: bool) -> bool:
+        """The baked scalars pick the native plan, the data pointers (with the workspace) pick a
+        cached VARIANT_PACK (LRU of ``PACK_CACHE``), then one cudnnBackendExecute, or the launch
+        of the CUDA graph captured from it.  ``make``: make what is missing (and raise
+        EngineDeclined when the call cannot run); else return False.  No allocation but the key
+        tuples, no logging.  Under the device lock, which ``release`` takes too: a plan evicted
+        by another thread is never freed under a running call."""
+        if self._scalar_at:
+            scalars = self._scalars
+            for i, slot in self._scalar_at:
+                scalars[slot] = float(values[i])
+        for i, j in self._same_at:
+            if values[i] != values[j]:
+                if not make:
+                    return False
+                raise EngineDeclined("cudnn", f"the blend's prior output (uid {self.launch_order[i]}) is not the "
+                                              f"output buffer (uid {self.launch_order[j]})")
+        if self._key_of is None:
+            key, plan_ptr, need = None, self._plan_ptr, self.workspace_size
+        else:
+            key = self._key_of(values)
+            try:
+                sub = self._subplans.get(key)
+            except TypeError:  # an unhashable scalar (a 0-d array): its float value
+                key = tuple(float(v) for v in key)
+                sub = self._subplans.get(key)
+            if sub is None:
+                if not make:
+                    return False
+                sub = self._add_subplan(key)
+            plan_ptr, need = sub
+        ws = 0
+        if need:
+            w = workspace
+            if w is not None and not (isinstance(w, int) and w == 0) and int(workspace_size or 0) >= need:
+                ws = _ptr(w)
             else:
-                key = self._key_of(data)
-                try:
-                    sub = self._subplans.get(key)
-                except TypeError:  # an unhashable scalar (a 0-d array): its float value
-                    key = tuple(float(v) for v in key)
-                    sub = self._subplans.get(key)
-                plan_ptr, need = sub if sub is not None else self._add_subplan(key)
-            ws = self._workspace(pack, stream, sptr, need) if need else 0
-            pkey = (tuple([b if type(b) is int else _ptr(b) for b in self._get_bufs(data)]), ws)
+                mem = self._ws.get(sptr)
+                if mem is None or mem.mem.size < need:
+                    if not make:
+                        return False
+                    mem = self._scratch(sptr, need)
+                ws = mem.ptr
+        pkey = (values[:self._nptr], ws)
+        with self._lock:
+            if self._released:
+                return False
             graphs = self._cuda_graphs
             if graphs:  # a graph of this (plan, pack, stream): launch it (its pack was made, and checked, before)
                 gkey = (key, pkey, sptr)
@@ -184,9 +240,11 @@ class CudnnPlan(ExecutionPlan):
                     graphs.move_to_end(gkey)
                     _graphs.graphs().launch(g, sptr)
                     STATS["graph_launches"] += 1
-                    return
+                    return True
             vp = self._packs.get(pkey)
             if vp is None:
+                if not make:
+                    return False
                 vp = self._make_pack(pkey)
             else:
                 self._packs.move_to_end(pkey)
@@ -204,17 +262,16 @@ class CudnnPlan(ExecutionPlan):
                         graphs.move_to_end(gkey)
                         _graphs.graphs().launch(g, sptr)
                         STATS["graph_launches"] += 1
-                        return
-            with self._lock:
-                h = _HANDLES.get(self.device)
-                handle = h[0] if h is not None and h[1] == sptr else _lib.handle_for(self.device, sptr)
-                st = self._execute(handle, plan_ptr, vp)
-            if st:
-                raise EngineDeclined("cudnn", f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)}: "
-                                              f"{_lib.last_error()}")
-        except BaseException:  # declined or failed: the next engine (planner.execute) gets CuPy arrays
-            _views_for_fallback(self.graph, data)
-            raise
+                        return True
+            h = _HANDLES.get(self.device)
+            handle = h[0] if h is not None and h[1] == sptr else _lib.handle_for(self.device, sptr)
+            st = self._execute(handle, plan_ptr, vp)
+        if st:
+            if not make:
+                return False
+            raise EngineDeclined("cudnn", f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)}: "
+                                          f"{_lib.last_error()}")
+        return True
 
     def _capture(self, plan_ptr: int, vp: int) -> int:
         """A CUDA graph (its graphExec) of one execute of ``plan_ptr`` with ``vp``, captured on a
@@ -260,18 +317,14 @@ class CudnnPlan(ExecutionPlan):
             self._pack_descs.pop(self._packs.popitem(last=False)[1]).destroy()
         return vp.ptr
 
-    def _workspace(self, pack, stream, sptr: int, need: int) -> int:
-        w = pack.workspace
-        if w is not None and not (isinstance(w, int) and w == 0) and int(pack.workspace_size or 0) >= need:
-            return _ptr(w)
-        mem = self._ws.get(sptr)
-        if mem is None or mem.mem.size < need:
-            import cupy
-            s = stream if stream is not None else cupy.cuda.Stream.null
-            with cupy.cuda.Device(self.device), s:
-                mem = cupy.cuda.alloc(need)
-            self._ws[sptr] = mem
-        return mem.ptr
+    def _scratch(self, sptr: int, need: int):
+        """This plan's device scratch for calls on stream ``sptr`` that gave too little workspace."""
+        import cupy
+        s = cupy.cuda.ExternalStream(sptr) if sptr else cupy.cuda.Stream.null
+        with cupy.cuda.Device(self.device), s:
+            mem = cupy.cuda.alloc(need)
+        self._ws[sptr] = mem
+        return mem
 
     def _add_subplan(self, key):
         """A native plan of the same engine config with other scalar values baked in."""
@@ -318,6 +371,10 @@ class CudnnPlan(ExecutionPlan):
 
     # -- lifetime -------------------------------------------------------------------------
     def release(self) -> None:
+        with self._lock:
+            self._release()
+
+    def _release(self) -> None:
         if self._cuda_graphs:
             for g in self._cuda_graphs.values():
                 self._drop_graph(g)

@@ -29,19 +29,24 @@ def register(kinds, module):
         IMPLS[k] = module
 
 
+def _no_launch(values, stream, workspace=None, workspace_size=0) -> bool:
+    return False
+
+
 class CupyPlan(ExecutionPlan):
     """The runs of a graph.  ``execute`` runs them (CuPy arrays between steps).  When every run
     is ``records.TRACEABLE`` the first execute on a stream also makes a launch record, and
-    ``fast`` (generated per plan, ``planner.execute``'s cached path) replays it for later calls:
-    patch the argument slots, launch.  Such plans take raw device pointers (``raw_pointers``:
-    the legacy layer binds a caller's buffer as its address after the same checks)."""
+    ``launch`` (``records.FastPath.launcher``, a prepared call's launcher) replays it for later
+    calls: patch the argument slots, launch.  Such plans take raw device pointers
+    (``raw_pointers``: the legacy layer binds a caller's buffer as its address after the same
+    checks)."""
 
-    __slots__ = ("runs", "_ext", "_path", "raw_pointers", "fast")
+    __slots__ = ("runs", "_ext", "_path", "raw_pointers", "launch", "launch_order")
 
     def __init__(self, graph, config, runs):
         super().__init__(graph, config, workspace_size=0)
         self.runs = runs
-        self.fast = None  # fast(data, stream) -> bool once a record exists (records.FastPath.compile)
+        self.launch = _no_launch  # the record's launcher once a record exists
         ext = {t.uid: t for t in list(graph.external_inputs()) + list(graph.external_outputs())}
         self._ext = {u: t for u, t in ext.items() if not t.is_by_value}
         self._path = None
@@ -56,6 +61,7 @@ class CupyPlan(ExecutionPlan):
                                       if u in self._ext}))
                 self._path = records.FastPath(layout, align, {u: _span_bytes(t) for u, t in self._ext.items()})
         self.raw_pointers = self._path is not None
+        self.launch_order = self._path.order if self._path is not None else ()
 
     @property
     def launch_mode(self) -> str:
@@ -89,7 +95,7 @@ class CupyPlan(ExecutionPlan):
                     runtime._TRACE.tracer = None
                 if tracer.why is None and tracer.launches:
                     self._path.add(tracer)
-                    self.fast = self._path.fast
+                    self.launch = self._path.launch
         except Exception:
             if self.raw_pointers:  # the next engine gets CuPy arrays, not raw pointers
                 for u, t in self._ext.items():

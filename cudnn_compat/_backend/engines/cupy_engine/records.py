@@ -10,14 +10,15 @@ buffer (8-byte slots: the plan's variables first, in ``Layout`` order, then the 
 constants, written once) and, per launch, the CUfunction, grid, block, shared memory and a
 ``void*[]`` of slot addresses: cuLaunchKernel's ``kernelParams``.
 
-``FastPath.compile`` generates the plan's ``fast(data, stream)`` (Python source made once per
-plan, unrolled over its variables): read the variables from the variant-pack dict, pick the
-record of (stream, alignment of the pointers that choose kernel variants), reject overlapping
-guarded pairs, patch every variable slot with one ``struct.pack_into`` and launch through
-``runtime.LAUNCH`` (CuPy's Cython cuLaunchKernel).  No dict is built, nothing is allocated.
-It returns False (nothing launched) when there is no record yet, a pointer is not an int, a
-guarded input overlaps an output or a value does not pack (a float32 scalar out of range): the
-plan's ordinary execute then runs (and records, for a new stream or alignment).
+``FastPath.launcher`` makes the plan's ``launch(values, stream, ...)``, the engine's side of a
+prepared call (``_backend/prepared.py``; a closure, no generated source): take the values in
+``FastPath.order``, pick the record of (stream, alignment of the pointers that choose kernel
+variants), reject overlapping guarded pairs, patch every variable slot with one
+``struct.pack_into`` and launch through ``runtime.LAUNCH`` (CuPy's Cython cuLaunchKernel).  No
+dict is built, nothing is allocated.  It returns False (nothing launched) when there is no
+record yet, a pointer is not an int, a guarded input overlaps an output or a value does not pack
+(a float32 scalar out of range): the plan's ordinary execute then runs (and records, for a new
+stream or alignment).
 
 Only plans whose runs are all ``TRACEABLE`` (their device work is exactly their
 ``runtime.launch`` calls, their buffers the caller's or kept per stream) get records; plans with
@@ -28,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
+from operator import itemgetter
 
 from ... import config
 from . import runtime
@@ -163,7 +165,7 @@ class Record:
 
 
 class FastPath:
-    """A plan's records, the CUDA graphs captured from them and its generated ``fast`` function.
+    """A plan's records, the CUDA graphs captured from them and its ``launch`` function.
 
     Graphs: a call whose (stream, variable values) were seen once before is captured from its
     record into a CUDA graph (``engines.graphs``, on a side stream: capture runs nothing) and every
@@ -182,11 +184,9 @@ class FastPath:
         self.guards: set = set()
         self.lock = threading.Lock()
         self._owned: dict = {}  # the Record objects (their buffers and kept temps)
-        self.fast = None
-        # ``fastp(stream, *values)``: ``fast`` with the values as arguments in ``order`` (every
-        # caller buffer's uid, then the patched scalars'), no variant-pack dict (_fastbind's lanes)
-        self.order = tuple(sorted(spans)) + tuple(sorted(u for u, c in layout.vars if c != "Q"))
-        self.fastp = None
+        # the values ``launch`` takes, in order: every caller buffer's uid, then the patched scalars'
+        self.order = tuple(sorted(spans)) + tuple(sorted({u for u, c in layout.vars if c != "Q"}))
+        self.launch = None  # launch(values, stream, ...) -> bool once a record exists (``launcher``)
 
     def add(self, tracer: Tracer) -> None:
         rec = Record(tracer)
@@ -199,10 +199,9 @@ class FastPath:
                 self._drop_graphs(lambda gk, s=k[0]: gk[0] == s)
             self._owned[tracer.key] = rec
             recs[tracer.key] = (rec.buf, rec.launches, rec.n)
-            if self.fast is None or not tracer.guards <= self.guards:
+            if self.launch is None or not tracer.guards <= self.guards:
                 self.guards |= tracer.guards
-                self.fast = self.compile()
-                self.fastp = self.compile(positional=True)
+                self.launch = self.launcher()
 
     def clear(self) -> None:
         with self.lock:
@@ -246,78 +245,75 @@ class FastPath:
             _graphs.graphs().destroy(g)
         return g
 
-    def compile(self, positional: bool = False):
-        """The generated ``fast(data, stream) -> bool`` (see the module docstring), or with
-        ``positional`` ``fastp(stream, *values)``, the values in ``self.order``.  While
-        CUDNN_COMPAT_CUPY_GRAPHS is absent from the environment (graphs off, the default) a call
-        skips the graph table: lock, patch, launch."""
-        v = self.layout.vars
-        if positional:
-            name = {uid: f"u{uid}" for uid in self.order}
-            lines = [f"def fastp(stream, {', '.join(name[u] for u in self.order)}):"]
-            vnames = [name[uid] for uid, _c in v]
+    def launcher(self):
+        """The plan's ``launch(values, stream, workspace=None, workspace_size=0) -> bool``, the
+        values in ``self.order`` (see the module docstring): a closure over this path's tables,
+        made again when a record brings new guarded pairs.  While CUDNN_COMPAT_CUPY_GRAPHS is
+        absent from the environment (graphs off, the default) a call skips the graph table: lock,
+        patch, launch."""
+        order = self.order
+        pos = {u: i for i, u in enumerate(order)}
+        pack_idx = tuple(pos[u] for u, _c in self.layout.vars)
+        if pack_idx == tuple(range(len(order))):
+            select = None  # the values are the record's variables, in order
+        elif len(pack_idx) == 1:
+            only = pack_idx[0]
+            select = lambda v: (v[only],)  # noqa: E731
         else:
-            name = {uid: f"v{i}" for i, (uid, code) in enumerate(v) if code == "Q"}
-            lines = ["def fast(data, stream):"]
-            lines += [f"    v{i} = data[{uid!r}]" for i, (uid, _c) in enumerate(v)]
-            vnames = [f"v{i}" for i in range(len(v))]
-        lines.insert(1, "    sptr = _cur() if stream is None else (stream if type(stream) is int else stream.ptr)")
-        for uid in list(self.align) + [x for g in sorted(self.guards) for x in g]:
-            if uid not in name:  # a pointer that chooses a variant or is guarded but no kernel takes
-                name[uid] = f"g{len(name)}"
-                lines.append(f"    {name[uid]} = data[{uid!r}]")
-        checked = [name[u] for u in dict.fromkeys(list(self.align) + [x for g in sorted(self.guards) for x in g])]
-        if checked:
-            lines.append(f"    if {' or '.join(f'type({n}) is not int' for n in checked)}:")
-            lines.append("        return False")
-        if self.align:
-            al = [name[u] for u in self.align]
-            lines.append(f"    if ({' | '.join(al)}) & 15:")
-            lines.append(f"        rec = _recs.get((sptr, ({', '.join(f'{n} & 15 == 0' for n in al)},)))")
-            lines.append("    else:")
-            lines.append("        rec = _recs.get((sptr, True))")
-        else:
-            lines.append("    rec = _recs.get((sptr, True))")
-        lines += ["    if rec is None:", "        return False"]
-        for u, s in sorted(self.guards):  # a guarded input overlapping an output: execute (it copies)
-            lines.append(f"    if {name[u]} < {name[s]} + {self.spans[s]} and {name[s]} < {name[u]} + {self.spans[u]}:")
-            lines.append("        return False")
-        vals = ", ".join(vnames)
-        lines += ["    if _goff():  # graphs off: no graph table",
-                  "        with _lock:",
-                  "            try:",
-                  f"                _pack(rec[0], 0, {vals})",
-                  "            except _ERR:",
-                  "                return False",
-                  "            for f, gx, gy, gz, bx, by, bz, shm, pa in rec[1]:",
-                  "                _lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)",
-                  "        _N[0] += rec[2]",
-                  "        return True",
-                  f"    gk = (sptr, {vals})",
-                  "    with _lock:",
-                  "        g = _graphs.get(gk)",
-                  "        if g is not None and g > 0 and not (sptr and _capturing(sptr)):",
-                  "            _glaunch(g, sptr)",
-                  "        else:",
-                  "            buf, launches, n = rec",
-                  "            try:",
-                  f"                _pack(buf, 0, {vals})",
-                  "            except _ERR:",
-                  "                return False",
-                  "            for f, gx, gy, gz, bx, by, bz, shm, pa in launches:",
-                  "                _lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)",
-                  "            if g is None:",
-                  "                _note(gk)",
-                  "            elif g == 0 and not (sptr and _capturing(sptr)):",
-                  "                _capture(gk, launches)",
-                  "    _N[0] += rec[2]",
-                  "    return True"]
+            select = itemgetter(*pack_idx)
+        align = tuple(pos[u] for u in self.align)
+        guards = tuple((pos[u], pos[s], self.spans[u], self.spans[s]) for u, s in sorted(self.guards))
+        checked = tuple(dict.fromkeys(align + tuple(i for g in guards for i in g[:2])))
+        recs, pack, lk, lock, table = self.records, self.layout.pack, runtime.launcher(), self.lock, self.graphs
+        cur, counter, graphs_off = runtime.current_stream_function(), runtime.LAUNCHES, _GRAPHS_OFF
         gr = _graphs.graphs()
-        ns = {"_cur": runtime.current_stream_function(), "_recs": self.records, "_pack": self.layout.pack,
-              "_ERR": PACK_ERRORS, "_lk": runtime.launcher(), "_N": runtime.LAUNCHES, "_lock": self.lock,
-              "_graphs": self.graphs, "_glaunch": getattr(gr, "launch_function", lambda: gr.launch)(), "_capturing": gr.capturing, "_note": self.note,
-              "_capture": self.capture, "_goff": _GRAPHS_OFF}
-        exec(compile("\n".join(lines) + "\n", "<cupy launch record>", "exec"), ns)
-        fast = ns["fastp" if positional else "fast"]
-        fast.source = "\n".join(lines)
-        return fast
+        glaunch, capturing, note, capture = gr.launch_function(), gr.capturing, self.note, self.capture
+
+        def launch(values, stream, workspace=None, workspace_size=0):
+            sptr = cur() if stream is None else (stream if type(stream) is int else stream.ptr)
+            for i in checked:
+                if type(values[i]) is not int:
+                    return False
+            if align:
+                low = 0
+                for i in align:
+                    low |= values[i]
+                rec = recs.get((sptr, tuple([values[i] & 15 == 0 for i in align]) if low & 15 else True))
+            else:
+                rec = recs.get((sptr, True))
+            if rec is None:
+                return False
+            for i, j, si, sj in guards:  # a guarded input overlapping an output: execute (it copies)
+                if values[i] < values[j] + sj and values[j] < values[i] + si:
+                    return False
+            v = values if select is None else select(values)
+            if graphs_off():
+                with lock:
+                    try:
+                        pack(rec[0], 0, *v)
+                    except PACK_ERRORS:
+                        return False
+                    for f, gx, gy, gz, bx, by, bz, shm, pa in rec[1]:
+                        lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)
+                counter[0] += rec[2]
+                return True
+            gk = (sptr, v)
+            with lock:
+                g = table.get(gk)
+                if g is not None and g > 0 and not capturing(sptr):
+                    glaunch(g, sptr)
+                else:
+                    buf, launches, _n = rec
+                    try:
+                        pack(buf, 0, *v)
+                    except PACK_ERRORS:
+                        return False
+                    for f, gx, gy, gz, bx, by, bz, shm, pa in launches:
+                        lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)
+                    if g is None:
+                        note(gk)
+                    elif g == 0 and not capturing(sptr):
+                        capture(gk, launches)
+            counter[0] += rec[2]
+            return True
+        return launch
