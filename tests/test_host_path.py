@@ -269,7 +269,7 @@ def test_a_record_is_made_once_and_reused(emu, rng):
 def test_repeated_calls_replay_a_cuda_graph(emu, rng, monkeypatch):
     """The same buffers and scalars again: the second such call is captured into a graph, later ones
     replay it; the graph reads the buffers' current contents; two buffer sets get a graph each."""
-    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default until verified on a GPU
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # the default, said
     import host_emu
     h = emu.handle()
     ins, outs, call = case_act_fwd(rng)
@@ -292,7 +292,7 @@ def test_a_failed_capture_is_logged_and_the_kernels_launch(emu, rng, monkeypatch
     """A capture that raises: the key launches the record's kernels from then on (right numbers,
     no graph, no second try) and the exception is logged, not swallowed."""
     import logging
-    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default until verified on a GPU
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # the default, said
     from cudnn_compat._backend.engines.cupy_engine import runtime
     import host_emu
 
@@ -318,7 +318,7 @@ def test_a_failed_capture_is_logged_and_the_kernels_launch(emu, rng, monkeypatch
 
 
 def test_graph_table_is_bounded(emu, rng, monkeypatch):
-    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default until verified on a GPU
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # the default, said
     from cudnn_compat._backend.engines.cupy_engine import records
     import host_emu
     h = emu.handle()
