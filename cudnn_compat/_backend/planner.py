@@ -80,20 +80,33 @@ def _check_cpu_fallback(graph, plan, declines, key) -> None:
         raise
 
 
-_BACKEND_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_WRAPPER = "<legacy wrapper "  # the file name of cudnn_compat._core.registry's generated wrappers
+# frames of the library itself, passed over to find the user's call: the graph layer's folder, and
+# what the layer above registers (``library_frames``: its package folder, its generated wrappers)
+_LIBRARY_DIRS: list = [os.path.dirname(os.path.abspath(__file__)) + os.sep]
+_WRAPPERS: list = []  # file-name prefixes of generated wrappers whose name ends with the function's
+
+
+def library_frames(directory: str, wrapper_prefix: "str | None" = None) -> None:
+    """Count frames in ``directory`` (and in generated code whose file name starts with
+    ``wrapper_prefix``, named after the legacy function it wraps) as the library's own: a CPU
+    fallback warning points at the first frame outside them and names the function."""
+    d = os.path.abspath(directory) + os.sep
+    if d not in _LIBRARY_DIRS:
+        _LIBRARY_DIRS.append(d)
+    if wrapper_prefix and wrapper_prefix not in _WRAPPERS:
+        _WRAPPERS.append(wrapper_prefix)
 
 
 def _warn_at_caller(msg: str) -> None:
     """warnings.warn_explicit at the first frame outside cudnn-compat (the user's call), with a
     registry of its own: the once-per-signature rule is ours, not the location's."""
-    pkg = getattr(sys.modules.get("cudnn_compat"), "__file__", None)  # the legacy layer (when loaded)
-    dirs = (_BACKEND_DIR,) + ((os.path.dirname(os.path.abspath(pkg)) + os.sep,) if pkg else ())
+    dirs = tuple(_LIBRARY_DIRS)
     f, function = sys._getframe(1), None
     while f is not None:
         name = f.f_code.co_filename
-        if name.startswith(_WRAPPER):  # the legacy layer's generated wrapper: it names the function
-            function = name[len(_WRAPPER):].rstrip(">")
+        prefix = next((p for p in _WRAPPERS if name.startswith(p)), None)
+        if prefix is not None:  # the legacy layer's generated wrapper: it names the function
+            function = name[len(prefix):].rstrip(">")
         elif not os.path.abspath(name).startswith(dirs):
             break
         f = f.f_back

@@ -23,19 +23,16 @@ made of the caller's alpha, beta or fill (the one place their rules apply, the h
 included), so the generated code passes them on unchecked.  A prior-output tensor (``uid +
 Y_PRIOR_OFFSET``) not given by the caller takes the output's pointer, as the loop does.
 
-Generated source is kept: each function's ``source``, and ``linecache`` under its file name
-(``<cudnn_compat binder N: engine config>``), so a traceback through it shows the line;
-``dump(directory)`` writes every source made in this process (and ``CUDNN_COMPAT_DUMP_KERNELS=dir``
-writes each as it is made, beside the CUDA kernels).
+The source is compiled by ``_core.generated`` (the package's one place for generated Python) under
+the file name ``<cudnn_compat binder N: engine config>`` (``values`` for the second kind): kept
+in ``linecache`` for tracebacks, as each function's ``source``, and dumped by ``generated.dump``.
 """
 from __future__ import annotations
 
 import itertools
-import linecache
-import os
 
-from cudnn_compat._backend import config as _config
 from . import data as _data
+from . import generated as _generated
 from .data import layout
 from .uids import PRIOR_OFFSET as Y_PRIOR_OFFSET  # uid of "y before the call" = uid(y) + this
 
@@ -127,24 +124,6 @@ def values(plan):
 
 
 _SERIAL = itertools.count(1)
-SOURCES: dict = {}  # file name -> source of every function generated in this process
-SOURCES_MAX = 4096
-
-
-def dump(directory: str) -> list:
-    """Write every generated source to ``directory`` (one .py file each); returns the paths."""
-    os.makedirs(directory, exist_ok=True)
-    paths = []
-    for name, src in list(SOURCES.items()):
-        path = os.path.join(directory, _file_stem(name) + ".py")
-        with open(path, "w") as f:
-            f.write(f"# {name}\n" + src)
-        paths.append(path)
-    return paths
-
-
-def _file_stem(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name.strip("<>")).strip("_")[:120]
 
 
 def _generate(plan, prog, nd, prior_offset: int, order=None):
@@ -187,24 +166,5 @@ def _generate(plan, prog, nd, prior_offset: int, order=None):
     else:
         items = [f"{u}: p{u}" for u, *_ in tensors] + [f"{u}: scalars[{u}]" for u in scalars]
         lines.append(f"    return {{{', '.join(items)}}}")
-    source = "\n".join(lines) + "\n"
     name = f"<cudnn_compat {'values' if order is not None else 'binder'} {next(_SERIAL)}: {plan.config}>"
-    exec(compile(source, name, "exec"), ns)
-    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
-    if len(SOURCES) >= SOURCES_MAX:
-        for old in list(SOURCES)[:SOURCES_MAX // 2]:
-            SOURCES.pop(old, None)
-            linecache.cache.pop(old, None)
-    SOURCES[name] = source
-    where = _config.get("CUDNN_COMPAT_DUMP_KERNELS") or ""
-    if where:
-        try:
-            os.makedirs(where, exist_ok=True)
-            with open(os.path.join(where, _file_stem(name) + ".py"), "w") as f:
-                f.write(f"# {name}\n" + source)
-        except OSError:
-            pass
-    fn = ns["values" if order is not None else "bind"]
-    fn.source = source
-    fn.filename = name
-    return fn
+    return _generated.define(name, "\n".join(lines), ns, "values" if order is not None else "bind")

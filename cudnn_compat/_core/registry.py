@@ -47,10 +47,13 @@ import inspect
 import math
 import numbers
 import operator
+import os
 
 import numpy as np
 
+from cudnn_compat._backend import planner as _planner
 from cudnn_compat._backend.ir import GraphError
+from . import generated as _generated
 from .descriptor import Descriptor
 from .docstrings import DOCS
 from .signatures import SIGNATURES
@@ -468,12 +471,17 @@ def _fast_test(pos) -> str:
             f"                args, kwargs = _convert(pos, kw, args, kwargs, c_name)\n")
 
 
+WRAPPER_FILE = "<legacy wrapper "  # + the function's name + ">": the file name of its generated wrapper
+# the CPU-fallback warning of the planner points past the package's frames and names the function
+_planner.library_frames(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), WRAPPER_FILE)
+
+
 def legacy(c_name: str, cupy: "str | None" = None):
     def deco(fn):
         pos, kw = _plan(c_name, fn)
-        ns: dict = {}
-        exec(compile(_WRAPPER.format(convert=_fast_test(pos)), f"<legacy wrapper {c_name}>", "exec"), globals(), ns)
-        wrapper = functools.wraps(fn)(ns["make"](fn, c_name, pos, kw))
+        make = _generated.define(f"{WRAPPER_FILE}{c_name}>", _WRAPPER.format(convert=_fast_test(pos)), {}, "make",
+                                 globals())
+        wrapper = functools.wraps(fn)(make(fn, c_name, pos, kw))
         wrapper.__name__ = c_name
         wrapper.__doc__ = DOCS.get(c_name, fn.__doc__)  # the generated reference (tools/gen_api_docs.py)
         wrapper.c_name = c_name
