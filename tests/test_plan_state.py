@@ -44,7 +44,7 @@ def test_an_undeclared_attribute_raises():
 def test_the_declared_fields_have_their_defaults():
     plan = ReferencePlan(_graph(), EngineConfig("reference"))
     assert plan.place is None and plan.declines == [] and plan.failures == [] and plan.cpu_fallback is False
-    assert plan.last_time is None and plan._users == 0 and not plan._retired and not plan._released
+    assert plan.last_time is None and plan._users == 0 and not plan.retired and not plan._released
     assert plan.annex == {}  # what the layers above keep per plan, under their module's name
     assert plan.raw_pointers is False and plan.launch_order == () and plan.launch((), None) is False
 

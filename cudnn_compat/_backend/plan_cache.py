@@ -138,7 +138,7 @@ def done(plan) -> None:
     """The call that acquired ``plan`` finished; release it now if it was evicted meanwhile."""
     with _USE:
         plan._users -= 1
-        free = plan._users == 0 and plan._retired and not plan._released
+        free = plan._users == 0 and plan.retired and not plan._released
         if free:
             plan._released = True
     if free:
@@ -150,7 +150,7 @@ def retire(plan) -> None:
     with _USE:
         if plan._released:
             return
-        plan._retired = True
+        plan.retired = True
         if plan._users > 0:
             return
         plan._released = True

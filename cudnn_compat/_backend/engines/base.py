@@ -93,7 +93,8 @@ class ExecutionPlan:
         "cpu_fallback",  # planner._check_cpu_fallback: the reference engine ran a GPU-place call
         "failures",  # planner._replan: [(engine, reason)] of the engines that failed at execute
         "last_time",  # planner.execute: seconds of the last general execute (trace)
-        "_users", "_retired", "_released",  # plan_cache.acquire/done/retire: running calls, evicted, freed
+        "_users", "retired", "_released",  # plan_cache.acquire/done/retire: running calls, evicted (a prepared
+        # call of it is stale), freed
         "annex",  # the layers above: {owning module: what it keeps per plan}
         "__weakref__",
     )
@@ -111,17 +112,12 @@ class ExecutionPlan:
         self.failures = []
         self.last_time = None
         self._users = 0
-        self._retired = self._released = False
+        self.retired = self._released = False
         self.annex = {}
 
     @property
     def engine(self) -> str:
         return self.config.engine
-
-    @property
-    def retired(self) -> bool:
-        """The plan left the plan cache (plan_cache.retire): a prepared call of it is stale."""
-        return self._retired
 
     def launch(self, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
         """Run a cached call from ``values`` (in ``launch_order``); False: not run, ``execute`` it."""

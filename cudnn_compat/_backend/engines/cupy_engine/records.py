@@ -39,11 +39,18 @@ TRACEABLE = frozenset({"KernelRun", "RowRun", "BnRun"})
 CODES = {"float": "f", "double": "d"}  # by-value argument C types a record patches (struct codes)
 MAX_RECORDS = 8  # per plan: (stream, alignment outcome) pairs kept
 PACK_ERRORS = (struct.error, OverflowError, TypeError)
-# while the graphs variable is unset (and nothing overridden: config.unset_fast, one dict lookup) the
-# generated paths skip the graph table (graphs are off by default); a default of on: always consult it
+# graphs on (the default): the launcher always consults the graph table (a key set to -1 by ``note``
+# when the variable says 0 launches the record's kernels); a default of off: while the variable is
+# unset (config.unset_fast, one dict lookup) the launcher skips the table
 _GRAPHS_OFF = config.unset_fast("CUDNN_COMPAT_CUPY_GRAPHS")
+
+
+def _ALWAYS_ON() -> bool:
+    return False
+
+
 if config.TABLE["CUDNN_COMPAT_CUPY_GRAPHS"].default:
-    _GRAPHS_OFF = lambda: False  # noqa: E731
+    _GRAPHS_OFF = _ALWAYS_ON
 
 
 def traceable(runs) -> bool:
@@ -265,7 +272,8 @@ class FastPath:
         guards = tuple((pos[u], pos[s], self.spans[u], self.spans[s]) for u, s in sorted(self.guards))
         checked = tuple(dict.fromkeys(align + tuple(i for g in guards for i in g[:2])))
         recs, pack, lk, lock, table = self.records, self.layout.pack, runtime.launcher(), self.lock, self.graphs
-        cur, counter, graphs_off = runtime.current_stream_function(), runtime.LAUNCHES, _GRAPHS_OFF
+        cur, counter = runtime.current_stream_function(), runtime.LAUNCHES
+        graphs_off = None if _GRAPHS_OFF is _ALWAYS_ON else _GRAPHS_OFF  # None: the graph table, always
         gr = _graphs.graphs()
         glaunch, capturing, note, capture = gr.launch_function(), gr.capturing, self.note, self.capture
 
@@ -287,7 +295,7 @@ class FastPath:
                 if values[i] < values[j] + sj and values[j] < values[i] + si:
                     return False
             v = values if select is None else select(values)
-            if graphs_off():
+            if graphs_off is not None and graphs_off():
                 with lock:
                     try:
                         pack(rec[0], 0, *v)
@@ -300,7 +308,7 @@ class FastPath:
             gk = (sptr, v)
             with lock:
                 g = table.get(gk)
-                if g is not None and g > 0 and not capturing(sptr):
+                if g is not None and g > 0 and not (sptr and capturing(sptr)):
                     glaunch(g, sptr)
                 else:
                     buf, launches, _n = rec
@@ -312,7 +320,7 @@ class FastPath:
                         lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)
                     if g is None:
                         note(gk)
-                    elif g == 0 and not capturing(sptr):
+                    elif g == 0 and not (sptr and capturing(sptr)):
                         capture(gk, launches)
             counter[0] += rec[2]
             return True
