@@ -40,7 +40,7 @@ from ._core.call import ALPHA, BETA, blended, run
 from ._core.data import same_buffer, scalar, unread
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
-from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.memo import Memo, call_site
 from ._core.registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -204,11 +204,7 @@ def activationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y) -
     x/y dims or data type differ, in-place (x == y) with different strides.  The descriptor
     checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, activationDesc, xDesc, yDesc)
-    s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, d, xd, yd, m = s
-    else:
-        h, d, xd, yd, m = _fwd_site(sk, handle, activationDesc, xDesc, x, yDesc, y)
+    h, d, xd, yd, m = _fwd_site(sk, handle, activationDesc, xDesc, x, yDesc, y)
     dbl, attrs, same_strides, keys = m
     if not same_strides:
         _in_place(x, y, xd, yd, "x", "y", "yDesc")
@@ -221,9 +217,9 @@ def activationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y) -
     run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
 
 
-def _fwd_site(sk, handle, activationDesc, xDesc, x, yDesc, y):
+@call_site(_FWD_SITES)
+def _fwd_site(handle, activationDesc, xDesc, x, yDesc, y):
     """activationForward's descriptor resolving and checks (once per combination of settings)."""
-    stamp = EPOCH[0]
     h = get_handle(handle)
     d = activation_desc(activationDesc)
     if not MODES[d.mode].legacy:
@@ -243,7 +239,6 @@ def _fwd_site(sk, handle, activationDesc, xDesc, x, yDesc, y):
         attrs = _attrs(d, MODES[d.mode].forward)
         keys = tuple(("ActivationForward", d.key(), xd.key(), yd.key(), bz) for bz in (False, True))
         m = _FWD.put(mk, (xd.dtype == "float64", attrs, xd.strides == yd.strides, keys), (d.key(), xd.key(), yd.key()))
-    site_put(_FWD_SITES, sk, stamp, (h, d, xd, yd, m))
     return h, d, xd, yd, m
 
 
@@ -260,11 +255,7 @@ def activationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDes
     different strides.  NOT_SUPPORTED: dims or data types of y, dy, x, dx differ; y/dy or
     x/dx strides differ."""
     sk = (handle, activationDesc, yDesc, dyDesc, xDesc, dxDesc)
-    s = site_get(_BWD_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, yd, dyd, xd, dxd, m = s
-    else:
-        h, yd, dyd, xd, dxd, m = _bwd_site(sk, handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx)
+    h, yd, dyd, xd, dxd, m = _bwd_site(sk, handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx)
     dbl, attrs, reads, same_strides, keys = m
     if not same_strides:
         _in_place(dy, dx, dyd, dxd, "dy", "dx", "dxDesc")
@@ -279,9 +270,9 @@ def activationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDes
     run(h, keys[b == 0], build, {DY: (dy, "dy"), src_uid: (src_data, reads), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
 
 
-def _bwd_site(sk, handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx):
+@call_site(_BWD_SITES)
+def _bwd_site(handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx):
     """activationBackward's descriptor resolving and checks (once per combination of settings)."""
-    stamp = EPOCH[0]
     h = get_handle(handle)
     d = activation_desc(activationDesc)
     act = MODES[d.mode]
@@ -308,7 +299,6 @@ def _bwd_site(sk, handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx):
         keys = tuple(("ActivationBackward", d.key(), yd.key(), dyd.key(), xd.key(), dxd.key(), bz) for bz in (False, True))
         m = _BWD.put(mk, (yd.dtype == "float64", attrs, act.reads, dyd.strides == dxd.strides, keys),
                      (d.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
-    site_put(_BWD_SITES, sk, stamp, (h, yd, dyd, xd, dxd, m))
     return h, yd, dyd, xd, dxd, m
 
 

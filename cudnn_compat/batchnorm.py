@@ -35,7 +35,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, scalar a
 from ._core.call import ALPHA, BETA, blend, compute_dtype, plan_for, run
 from ._core.uids import SHARED, Uids, prior_uid
 from ._core.data import preflight, scalar
-from ._core.memo import EPOCH, Memo, arrays, key as memo_key, site_get, site_put
+from ._core.memo import Memo, arrays, call_site, key as memo_key
 from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -255,27 +255,46 @@ _INFER_SITES, _TRAIN_SITES, _BACK_SITES = Memo("cudnnBatchNormalizationForwardIn
 _MODES = frozenset(BN.values())
 
 
-def _site(sites, memo, sk, handle, mode, bufs, descs) -> tuple:
-    """(handle, resolved descriptors, memo entry) of a BN call: from the call site while no descriptor
-    changed (_memo "Call sites"), else resolved and looked up in ``memo``; the entry is None (and the
-    descriptors None) when the call must take the general way (a NULL buffer, an unknown mode, a
-    first call of these settings)."""
-    ok = arrays(bufs)
-    hit = site_get(sites, sk) if ok else None
-    if hit is not None:
-        return hit
-    stamp = EPOCH[0]
+def _resolved(memo, handle, mode, descs) -> tuple:
+    """A BN call site's value (``call_site``): (handle, resolved descriptors, memo entry).  The entry
+    is None (the value is not remembered) on a first call of these settings, and the descriptors
+    None too when ``mode`` is not a plain valid int: the call takes the general way, which checks
+    the mode first and uses the descriptors resolved here."""
     h = get_handle(handle)
-    if not (ok and type(mode) is int and mode in _MODES):
+    if not (type(mode) is int and mode in _MODES):
         return h, None, None
-    ds = tuple(tensor_desc(d, name) for d, name in descs)
-    m = memo.get((mode,) + tuple(id(d._key or d.key()) for d in ds))
+    ds = tuple([tensor_desc(d, name) for d, name in descs])
+    m = memo.get((mode,) + tuple([id(d._key or d.key()) for d in ds]))
     if m is None:
         _mk, m = memo.canonical((mode,), ds)
-    if m is None:
-        return h, None, None
-    site_put(sites, sk, stamp, (h, ds, m))
     return h, ds, m
+
+
+@call_site(_INFER_SITES)
+def _infer_site(handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc):
+    return _resolved(_INFER, handle, mode, ((xDesc, "xDesc"), (yDesc, "yDesc"),
+                                            (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
+
+
+@call_site(_TRAIN_SITES)
+def _train_site(handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc):
+    return _resolved(_TRAIN, handle, mode, ((xDesc, "xDesc"), (yDesc, "yDesc"),
+                                            (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
+
+
+@call_site(_BACK_SITES)
+def _back_site(handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc):
+    return _resolved(_BACK, handle, mode, ((xDesc, "xDesc"), (dyDesc, "dyDesc"), (dxDesc, "dxDesc"),
+                                           (bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")))
+
+
+def _unresolved(mode, bufs, descs) -> tuple:
+    """The general way's first checks where no call site resolved the descriptors (a NULL buffer,
+    an odd mode, an Ex call): the mode, each buffer of ``bufs`` not NULL, then ``descs`` resolved."""
+    _check_mode(mode)
+    for p, n in bufs:
+        _need(p, n)
+    return tuple([tensor_desc(d, n) for d, n in descs])
 
 
 @legacy("cudnnBatchNormalizationForwardInference")
@@ -284,18 +303,15 @@ def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDes
     """y = alpha*(bnBias + bnScale*(x - mean)/sqrt(eps + var)) + beta*y (002 §3.2.3).  The
     descriptor checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
-    h, ds, m = _site(_INFER_SITES, _INFER, sk, handle, mode,
-                     (x, y, bnScale, bnBias, estimatedMean, estimatedVariance),
-                     ((xDesc, "xDesc"), (yDesc, "yDesc"), (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
-    if m is not None:
-        xd, yd, pd = ds
-    if m is None:
-        _check_mode(mode)
-        for p, n in ((x, "x"), (y, "y"), (bnScale, "bnScale"), (bnBias, "bnBias"), (estimatedMean, "estimatedMean"),
-                     (estimatedVariance, "estimatedVariance")):
-            _need(p, n)
-        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-        pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
+    if arrays((x, y, bnScale, bnBias, estimatedMean, estimatedVariance)):
+        h, ds, m = _infer_site(sk, handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
+    else:  # a NULL buffer: the general way says which
+        h, ds, m = get_handle(handle), None, None
+    if m is None:  # the general way: every check in its order; the memo entry for the next call
+        xd, yd, pd = ds or _unresolved(
+            mode, ((x, "x"), (y, "y"), (bnScale, "bnScale"), (bnBias, "bnBias"), (estimatedMean, "estimatedMean"),
+                   (estimatedVariance, "estimatedVariance")),
+            ((xDesc, "xDesc"), (yDesc, "yDesc"), (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
         _check_rank(xd, "xDesc")
         _check_like(yd, xd, "yDesc")
         _check_param(pd, xd, mode, "bnScaleBiasMeanVarDesc")
@@ -304,6 +320,7 @@ def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDes
         keys = tuple(("BatchNormForwardInference", int(mode), xd.key(), yd.key(), pd.key(), bz) for bz in (False, True))
         m = _INFER.put(memo_key((int(mode),), (xd, yd, pd)), (xd.dtype == "float64", keys), (xd.key(), yd.key(), pd.key()))
     else:
+        xd, yd, pd = ds
         eps = _check_eps(epsilon)
     dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
@@ -320,12 +337,13 @@ def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDes
 def _forward_training(h, mode, bnOps, alpha, beta, xDesc, x, zDesc, z, yDesc, y, bnScaleBiasMeanVarDesc, bnScale,
                       bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon,
                       resultSaveMean, resultSaveInvVariance, activationDesc, workspace=None, workspace_size=0,
-                      ex=False):
-    _check_mode(mode)
-    for p, n in ((x, "x"), (y, "y"), (bnScale, "bnScale"), (bnBias, "bnBias")):
-        _need(p, n)
-    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
+                      ex=False, ds=None) -> tuple:
+    """The training forward's general way: every check in its order, then the run.  ``ds``: (xd,
+    yd, pd) as a call site resolved them (the mode valid, no buffer NULL), else None.  Returns
+    (xd, yd, pd)."""
+    xd, yd, pd = ds or _unresolved(
+        mode, ((x, "x"), (y, "y"), (bnScale, "bnScale"), (bnBias, "bnBias")),
+        ((xDesc, "xDesc"), (yDesc, "yDesc"), (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
     _check_rank(xd, "xDesc")
     _check_like(yd, xd, "yDesc")
     _check_param(pd, xd, mode, "bnScaleBiasMeanVarDesc")
@@ -363,6 +381,7 @@ def _forward_training(h, mode, bnOps, alpha, beta, xDesc, x, zDesc, z, yDesc, y,
         tensors = _ex_names(tensors)
     run(h, key, build, tensors, {ALPHA: a, BETA: b, EPS: eps, FACTOR: factor}, workspace, workspace_size,
         "workSpaceSizeInBytes" if ex else None)
+    return xd, yd, pd
 
 
 def _ex_forward_parts(bnOps, xd, zDesc, activationDesc):
@@ -387,21 +406,21 @@ def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc
     """002 §4.1.4; see the module docstring for the formulas.  The descriptor checks run once
     per combination of settings (``_core.memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
-    h, ds, m = _site(_TRAIN_SITES, _TRAIN, sk, handle, mode, (x, y, bnScale, bnBias),
-                     ((xDesc, "xDesc"), (yDesc, "yDesc"), (bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")))
-    if m is not None:
-        xd, yd, pd = ds
-    if m is None:
-        _forward_training(h, mode, OPS_BN, alpha, beta, xDesc, x, None, None, yDesc, y,
-                          bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean,
-                          resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, None)
-        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")  # checked by the call above
-        pd = tensor_desc(bnScaleBiasMeanVarDesc, "bnScaleBiasMeanVarDesc")
+    if arrays((x, y, bnScale, bnBias)):
+        h, ds, m = _train_site(sk, handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
+    else:  # a NULL buffer: the general way says which
+        h, ds, m = get_handle(handle), None, None
+    if m is None:  # the general way, then the memo entry for the next call
+        xd, yd, pd = _forward_training(h, mode, OPS_BN, alpha, beta, xDesc, x, None, None, yDesc, y,
+                                       bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor,
+                                       resultRunningMean, resultRunningVariance, epsilon, resultSaveMean,
+                                       resultSaveInvVariance, None, ds=ds)
         keys = {(r, s_, bz): ("BatchNormForwardTraining", int(mode), xd.key(), yd.key(), pd.key(), r, s_, bz, None, None)
                 for r in (False, True) for s_ in (False, True) for bz in (False, True)}
         _TRAIN.put(memo_key((int(mode),), (xd, yd, pd)), (xd.dtype == "float64", _count(mode, xd) < 2, keys),
                    (xd.key(), yd.key(), pd.key()))
         return
+    xd, yd, pd = ds
     dbl, single, keys = m
     if arrays((resultSaveMean, resultSaveInvVariance, resultRunningMean, resultRunningVariance)):
         saved = running = True  # all four given: both pairs complete
@@ -477,12 +496,15 @@ def _check_sizes(workspace_size, reserve_size):
 # -- backward ------------------------------------------------------------------------
 
 def _backward_descs(mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, bnScaleBiasDiffDesc, activationDesc,
-                    diff_name="bnScaleBiasDiffDesc", ex=False):
+                    diff_name="bnScaleBiasDiffDesc", ex=False, ds=None):
     """Checked descriptors and the graph settings of a backward call:
-    (xd, yd, dyd, dzd, dxd, pd, activation backward attrs or None, activation key)."""
-    _check_mode(mode)
-    xd, dyd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
-    pd = tensor_desc(bnScaleBiasDiffDesc, diff_name)
+    (xd, yd, dyd, dzd, dxd, pd, activation backward attrs or None, activation key).  ``ds``: (xd,
+    dyd, dxd, pd) resolved by the caller after its mode check, else the mode is checked and they
+    are resolved here."""
+    if ds is None:
+        _check_mode(mode)
+        ds = _backward_resolve(xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc, diff_name)
+    xd, dyd, dxd, pd = ds
     _check_rank(xd, "xDesc")
     _check_like(dyd, xd, "dyDesc")
     _check_like(dxd, xd, "dxDesc")
@@ -509,6 +531,11 @@ def _backward_descs(mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, bnScaleBi
     return xd, yd, dyd, dzd, dxd, pd, act_bwd, act_key
 
 
+def _backward_resolve(xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc, diff_name="bnScaleBiasDiffDesc") -> tuple:
+    return (tensor_desc(xDesc, "xDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc"),
+            tensor_desc(bnScaleBiasDiffDesc, diff_name))
+
+
 def _backward_key(mode, xd, yd, dyd, dzd, dxd, pd, act_key, saved, bd0, bp0) -> tuple:
     return ("BatchNormBackward", int(mode), xd.key(), dyd.key(), dxd.key(), pd.key(), saved, bd0, bp0,
             yd.key() if yd is not None else None, dzd.key() if dzd is not None else None, act_key)
@@ -516,20 +543,25 @@ def _backward_key(mode, xd, yd, dyd, dzd, dxd, pd, act_key, saved, bd0, bp0) -> 
 
 def _backward(h, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, yDesc, y,
               dyDesc, dy, dzDesc, dz, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff, resultBnBiasDiff,
-              epsilon, savedMean, savedInvVariance, activationDesc, workspace=None, workspace_size=0, ex=False):
-    _check_mode(mode)
-    for p, n in ((x, "x"), (dy, "dy"), (dx, "dx"), (bnScale, "bnScale"), (resultBnScaleDiff, "resultBnScaleDiff"),
-                 (resultBnBiasDiff, "resultBnBiasDiff")):
-        _need(p, n)
-    if ex:
-        _check_ops(bnOps)
-        if bnOps in (OPS_ACT, OPS_ADD_ACT):
-            _need(y, "yData")
-        if bnOps == OPS_ADD_ACT:
-            _need(dz, "dzData")
+              epsilon, savedMean, savedInvVariance, activationDesc, workspace=None, workspace_size=0, ex=False,
+              ds=None) -> tuple:
+    """The backward's general way: every check in its order, then the run.  ``ds``: (xd, dyd, dxd,
+    pd) as a call site resolved them (the mode valid, no buffer NULL), else None.  Returns ``ds``."""
+    diff_name = "dBnScaleBiasDesc" if ex else "bnScaleBiasDiffDesc"
+    if ds is None:
+        _check_mode(mode)
+        for p, n in ((x, "x"), (dy, "dy"), (dx, "dx"), (bnScale, "bnScale"), (resultBnScaleDiff, "resultBnScaleDiff"),
+                     (resultBnBiasDiff, "resultBnBiasDiff")):
+            _need(p, n)
+        if ex:
+            _check_ops(bnOps)
+            if bnOps in (OPS_ACT, OPS_ADD_ACT):
+                _need(y, "yData")
+            if bnOps == OPS_ADD_ACT:
+                _need(dz, "dzData")
+        ds = _backward_resolve(xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc, diff_name)
     xd, yd, dyd, dzd, dxd, pd, act_bwd, act_key = _backward_descs(
-        mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, bnScaleBiasDiffDesc, activationDesc,
-        "dBnScaleBiasDesc" if ex else "bnScaleBiasDiffDesc", ex)
+        mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, bnScaleBiasDiffDesc, activationDesc, diff_name, ex, ds)
     saved = _pair(savedMean, savedInvVariance, "savedMean,savedInvVariance")
     eps = _check_eps(epsilon)
     dbl = xd.dtype == "float64"
@@ -553,6 +585,7 @@ def _backward(h, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaP
     run(h, _backward_key(mode, xd, yd, dyd, dzd, dxd, pd, act_key, saved, bd == 0, bp == 0), build, tensors,
         {ALPHA: ad, BETA: bd, ALPHA_P: ap, BETA_P: bp, EPS: eps}, workspace, workspace_size,
         "workSpaceSizeInBytes" if ex else None)
+    return ds
 
 
 @legacy("cudnnBatchNormalizationBackward")
@@ -562,20 +595,20 @@ def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaP
     """dx, dscale, dbias of the training forward (002 §4.1.2).  The descriptor checks run once
     per combination of settings (``_core.memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc)
-    h, ds, m = _site(_BACK_SITES, _BACK, sk, handle, mode, (x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff),
-                     ((xDesc, "xDesc"), (dyDesc, "dyDesc"), (dxDesc, "dxDesc"), (bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")))
-    if m is not None:
-        xd, dyd, dxd, pd = ds
-    if m is None:
-        _backward(h, mode, OPS_BN, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x,
-                  None, None, dyDesc, dy, None, None, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff,
-                  resultBnBiasDiff, epsilon, savedMean, savedInvVariance, None)
-        xd, dyd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
-        pd = tensor_desc(bnScaleBiasDiffDesc, "bnScaleBiasDiffDesc")
+    if arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff)):
+        h, ds, m = _back_site(sk, handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc)
+    else:  # a NULL buffer: the general way says which
+        h, ds, m = get_handle(handle), None, None
+    if m is None:  # the general way, then the memo entry for the next call
+        xd, dyd, dxd, pd = _backward(h, mode, OPS_BN, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc,
+                                     x, None, None, dyDesc, dy, None, None, dxDesc, dx, bnScaleBiasDiffDesc, bnScale,
+                                     resultBnScaleDiff, resultBnBiasDiff, epsilon, savedMean, savedInvVariance, None,
+                                     ds=ds)
         keys = {(s_, bd0, bp0): _backward_key(mode, xd, None, dyd, None, dxd, pd, None, s_, bd0, bp0)
                 for s_ in (False, True) for bd0 in (False, True) for bp0 in (False, True)}
         _BACK.put(memo_key((int(mode),), (xd, dyd, dxd, pd)), (xd.dtype == "float64", keys), (xd.key(), dyd.key(), dxd.key(), pd.key()))
         return
+    xd, dyd, dxd, pd = ds
     dbl, keys = m
     saved = True if arrays((savedMean, savedInvVariance)) else _pair(savedMean, savedInvVariance, "savedMean,savedInvVariance")
     eps = _check_eps(epsilon)

@@ -25,7 +25,7 @@ from ._core.call import ALPHA, BETA, blend, blended, compute_dtype, run
 from ._core.data import same_buffer, scalar, unread
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
-from ._core.memo import EPOCH, Memo, arrays, site_get, site_put
+from ._core.memo import Memo, arrays, call_site
 from ._core.registry import legacy
 from .activation import require_dtype
 from .enums import CONSTANTS, is_valid
@@ -169,29 +169,9 @@ def lrnCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta, yDe
     """y = alpha*LRN(x) + beta*y across channels (002 §3.2.65).  The descriptor checks run once
     per combination of settings (``_core.memo``)."""
     sk = (handle, normDesc, lrnMode, xDesc, yDesc)
-    s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, ld, xd, yd, m = s
-        if not arrays((x, y)):
-            _not_null({"x": x, "y": y})
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        ld = _lrn_desc_cached(normDesc)
-        if type(lrnMode) is not int or lrnMode != LRN_DIM1:
-            _lrn_mode(lrnMode)
-        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-        if not arrays((x, y)):
-            _not_null({"x": x, "y": y})
-        mk = (id(ld._key or ld.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
-        m = _FWD.get(mk)
-        if m is None:
-            mk, m = _FWD.canonical((), (ld, xd, yd))
-        if m is None:
-            _lrn_tensors({"xDesc": xd, "yDesc": yd})
-            keys = tuple(("LRNCrossChannelForward", ld.key(), xd.key(), yd.key(), bz) for bz in (False, True))
-            m = _FWD.put(mk, (xd.dtype, keys), (ld.key(), xd.key(), yd.key()))
-        site_put(_FWD_SITES, sk, stamp, (h, ld, xd, yd, m))
+    h, ld, xd, yd, m = _fwd_site(sk, handle, normDesc, lrnMode, xDesc, x, yDesc, y)
+    if not arrays((x, y)):  # on a site hit (a first call checked them in order, before the descriptors' rules)
+        _not_null({"x": x, "y": y})
     dtype, keys = m
     a, b = _alpha_beta(alpha, beta, dtype)
 
@@ -200,6 +180,27 @@ def lrnCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta, yDe
                               "LRNCrossChannelForward")
 
     run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+
+
+@call_site(_FWD_SITES)
+def _fwd_site(handle, normDesc, lrnMode, xDesc, x, yDesc, y):
+    """lrnCrossChannelForward's descriptor resolving and checks (once per combination of settings)."""
+    h = get_handle(handle)
+    ld = _lrn_desc_cached(normDesc)
+    if type(lrnMode) is not int or lrnMode != LRN_DIM1:
+        _lrn_mode(lrnMode)
+    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+    if not arrays((x, y)):
+        _not_null({"x": x, "y": y})
+    mk = (id(ld._key or ld.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
+    m = _FWD.get(mk)
+    if m is None:
+        mk, m = _FWD.canonical((), (ld, xd, yd))
+    if m is None:
+        _lrn_tensors({"xDesc": xd, "yDesc": yd})
+        keys = tuple(("LRNCrossChannelForward", ld.key(), xd.key(), yd.key(), bz) for bz in (False, True))
+        m = _FWD.put(mk, (xd.dtype, keys), (ld.key(), xd.key(), yd.key()))
+    return h, ld, xd, yd, m
 
 
 @legacy("cudnnLRNCrossChannelBackward", cupy="LRNCrossChannelBackward")

@@ -256,9 +256,10 @@ def _backward_setup(mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, d
     bn._check_rank(xd, "xDesc")
     pd, md = tensor_desc(dNormScaleBiasDesc, "dNormScaleBiasDesc"), tensor_desc(normMeanVarDesc, "normMeanVarDesc")
     _check_params(pd, md, xd, mode, "dNormScaleBiasDesc", "normMeanVarDesc")
+    ds = (xd, tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc"), pd)  # x and the params resolved once
     xd, yd, dyd, dzd, dxd, pd, act_bwd, act_key = bn._backward_descs(
         bn_mode, bn_ops, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc,
-        "dNormScaleBiasDesc", ex=True)
+        "dNormScaleBiasDesc", ex=True, ds=ds)
     return bn_mode, xd, yd, dyd, dzd, dxd, pd, md, act_bwd, act_key
 
 

@@ -22,7 +22,7 @@ from ._core.call import ALPHA, BETA, blend, run
 from ._core.data import same_buffer, scalar
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
-from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.memo import Memo, call_site
 from ._core.registry import legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -131,26 +131,7 @@ def opTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDe
     """C = op(alpha1*A, alpha2*B) + beta*C (002 §3.2.68).  The descriptor checks run once per
     combination of settings (``_core.memo``)."""
     sk = (handle, opTensorDesc, aDesc, bDesc, cDesc)
-    s = site_get(_OP_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, od, ad, bd, cd, m = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        od = op_tensor_desc(opTensorDesc)
-        ad, bd, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(bDesc, "bDesc"), tensor_desc(cDesc, "cDesc")
-        mk = (id(od._key or od.key()), id(ad._key or ad.key()), id(bd._key or bd.key()), id(cd._key or cd.key()))
-        m = _OP.get(mk)
-        if m is None:
-            mk, m = _OP.canonical((), (od, ad, bd, cd))
-        if m is None:
-            _check_shapes(ad, bd, cd)
-            _check_types(od, ad, bd, cd)
-            _b_not_c(A, B, C, bd, cd)
-            keys = tuple(("OpTensor", od.key(), ad.key(), bd.key(), cd.key(), bz) for bz in (False, True))
-            m = _OP.put(mk, (od.compType == D["CUDNN_DATA_DOUBLE"], OPS[od.op], bd.dims == cd.dims, keys),
-                        (od.key(), ad.key(), bd.key(), cd.key()))
-        site_put(_OP_SITES, sk, stamp, (h, od, ad, bd, cd, m))
+    h, od, ad, bd, cd, m = _op_site(sk, handle, opTensorDesc, aDesc, A, bDesc, B, cDesc, C)
     dbl, mode, b_like_c, keys = m
     if b_like_c:
         _b_not_c(A, B, C, bd, cd)
@@ -173,6 +154,26 @@ def opTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDe
     else:
         tensors = {A_UID: (A, "A"), C_UID: (C, "C"), B_UID: (B, "B")}
     run(h, keys[beta_zero], build, tensors, {ALPHA: 1.0, BETA: b, ALPHA1: a1, ALPHA2: a2})
+
+
+@call_site(_OP_SITES)
+def _op_site(handle, opTensorDesc, aDesc, A, bDesc, B, cDesc, C):
+    """opTensor's descriptor resolving and checks (once per combination of settings)."""
+    h = get_handle(handle)
+    od = op_tensor_desc(opTensorDesc)
+    ad, bd, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(bDesc, "bDesc"), tensor_desc(cDesc, "cDesc")
+    mk = (id(od._key or od.key()), id(ad._key or ad.key()), id(bd._key or bd.key()), id(cd._key or cd.key()))
+    m = _OP.get(mk)
+    if m is None:
+        mk, m = _OP.canonical((), (od, ad, bd, cd))
+    if m is None:
+        _check_shapes(ad, bd, cd)
+        _check_types(od, ad, bd, cd)
+        _b_not_c(A, B, C, bd, cd)
+        keys = tuple(("OpTensor", od.key(), ad.key(), bd.key(), cd.key(), bz) for bz in (False, True))
+        m = _OP.put(mk, (od.compType == D["CUDNN_DATA_DOUBLE"], OPS[od.op], bd.dims == cd.dims, keys),
+                    (od.key(), ad.key(), bd.key(), cd.key()))
+    return h, od, ad, bd, cd, m
 
 
 def _b_not_c(A, B, C, bd, cd) -> None:

@@ -26,7 +26,7 @@ from ._core.call import ALPHA, BETA, blended, run
 from ._core.data import POINTER_MIN, scalar
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
-from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.memo import Memo, call_site
 from ._core.registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -209,23 +209,7 @@ def poolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y) -> None
     """y = alpha*pool(x) + beta*y (002 §3.2.69).  BAD_PARAM: n, c or data type of x and y differ.
     The descriptor checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, poolingDesc, xDesc, yDesc)
-    s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, pd, xd, yd, m = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        pd = pooling_desc(poolingDesc)
-        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-        mk, m = _FWD.lookup((), (pd, xd, yd))
-        if m is None:
-            check(xd.nbDims == yd.nbDims, "yDesc", f"is {yd.nbDims}-d but xDesc is {xd.nbDims}-d")
-            check(xd.dims[:2] == yd.dims[:2], "yDesc", f"n, c {yd.dims[:2]} differ from xDesc's {xd.dims[:2]}")
-            check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
-            _check_spatial(pd, xd, FWD_DTYPES)
-            keys = tuple(("PoolingForward", pd.key(), xd.key(), yd.key(), bz) for bz in (False, True))
-            m = _FWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), xd.key(), yd.key()))
-        site_put(_FWD_SITES, sk, stamp, (h, pd, xd, yd, m))
+    h, pd, xd, yd, m = _fwd_site(sk, handle, poolingDesc, xDesc, yDesc)
     dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
@@ -234,6 +218,23 @@ def poolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y) -> None
         return OperationGraph(blended("ResampleForward", {"x": xd.ir(X, "x")}, "y", yt, b == 0, pd.attrs()), "PoolingForward")
 
     run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
+
+
+@call_site(_FWD_SITES)
+def _fwd_site(handle, poolingDesc, xDesc, yDesc):
+    """poolingForward's descriptor resolving and checks (once per combination of settings)."""
+    h = get_handle(handle)
+    pd = pooling_desc(poolingDesc)
+    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+    mk, m = _FWD.lookup((), (pd, xd, yd))
+    if m is None:
+        check(xd.nbDims == yd.nbDims, "yDesc", f"is {yd.nbDims}-d but xDesc is {xd.nbDims}-d")
+        check(xd.dims[:2] == yd.dims[:2], "yDesc", f"n, c {yd.dims[:2]} differ from xDesc's {xd.dims[:2]}")
+        check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
+        _check_spatial(pd, xd, FWD_DTYPES)
+        keys = tuple(("PoolingForward", pd.key(), xd.key(), yd.key(), bz) for bz in (False, True))
+        m = _FWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), xd.key(), yd.key()))
+    return h, pd, xd, yd, m
 
 
 def _innermost_unit_stride(d) -> bool:
@@ -245,36 +246,7 @@ def poolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, 
     """dx = alpha*pool'(dy) + beta*dx (002 §4.1.18).  BAD_PARAM: y/dy or x/dx dims or strides
     differ, data types of the four differ; NOT_SUPPORTED: non-unit innermost stride."""
     sk = (handle, poolingDesc, yDesc, dyDesc, xDesc, dxDesc)
-    s = site_get(_BWD_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, pd, yd, dyd, xd, dxd, m = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        pd = pooling_desc(poolingDesc)
-        yd, dyd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc")
-        xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dxDesc, "dxDesc")
-        mk = (id(pd._key or pd.key()), id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(xd._key or xd.key()),
-              id(dxd._key or dxd.key()))
-        m = _BWD.get(mk)
-        if m is None:
-            mk, m = _BWD.canonical((), (pd, yd, dyd, xd, dxd))
-        if m is None:
-            check(yd.dims == dyd.dims, "dyDesc", f"dims {dyd.dims} differ from yDesc's {yd.dims}")
-            check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} differ from yDesc's {yd.strides}")
-            check(xd.dims == dxd.dims, "dxDesc", f"dims {dxd.dims} differ from xDesc's {xd.dims}")
-            check(xd.strides == dxd.strides, "dxDesc", f"strides {dxd.strides} differ from xDesc's {xd.strides}")
-            check(len({yd.dataType, dyd.dataType, xd.dataType, dxd.dataType}) == 1, "dxDesc",
-                  "the data types of y, dy, x and dx must be equal")
-            check(xd.nbDims == yd.nbDims and xd.dims[:2] == yd.dims[:2], "yDesc",
-                  f"dims {yd.dims} must have xDesc's rank and n, c {xd.dims[:2]}")
-            _check_spatial(pd, xd, BWD_DTYPES)
-            for name, d in (("xDesc", xd), ("yDesc", yd)):
-                if not _innermost_unit_stride(d):
-                    raise not_supported(name, f"strides {d.strides}: the innermost dim (W, or C for NHWC) must have stride 1")
-            keys = tuple(("PoolingBackward", pd.key(), yd.key(), xd.key(), bz) for bz in (False, True))
-            m = _BWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
-        site_put(_BWD_SITES, sk, stamp, (h, pd, yd, dyd, xd, dxd, m))
+    h, pd, yd, dyd, xd, dxd, m = _bwd_site(sk, handle, poolingDesc, yDesc, dyDesc, xDesc, dxDesc)
     dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
@@ -283,6 +255,36 @@ def poolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, 
         return OperationGraph(blended("ResampleBackward", ins, "dx", dxd.ir(DX, "dx"), b == 0, pd.attrs()), "PoolingBackward")
 
     run(h, keys[b == 0], build, {Y: (y, "y"), DY: (dy, "dy"), X: (x, "x"), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
+
+
+@call_site(_BWD_SITES)
+def _bwd_site(handle, poolingDesc, yDesc, dyDesc, xDesc, dxDesc):
+    """poolingBackward's descriptor resolving and checks (once per combination of settings)."""
+    h = get_handle(handle)
+    pd = pooling_desc(poolingDesc)
+    yd, dyd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc")
+    xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dxDesc, "dxDesc")
+    mk = (id(pd._key or pd.key()), id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(xd._key or xd.key()),
+          id(dxd._key or dxd.key()))
+    m = _BWD.get(mk)
+    if m is None:
+        mk, m = _BWD.canonical((), (pd, yd, dyd, xd, dxd))
+    if m is None:
+        check(yd.dims == dyd.dims, "dyDesc", f"dims {dyd.dims} differ from yDesc's {yd.dims}")
+        check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} differ from yDesc's {yd.strides}")
+        check(xd.dims == dxd.dims, "dxDesc", f"dims {dxd.dims} differ from xDesc's {xd.dims}")
+        check(xd.strides == dxd.strides, "dxDesc", f"strides {dxd.strides} differ from xDesc's {xd.strides}")
+        check(len({yd.dataType, dyd.dataType, xd.dataType, dxd.dataType}) == 1, "dxDesc",
+              "the data types of y, dy, x and dx must be equal")
+        check(xd.nbDims == yd.nbDims and xd.dims[:2] == yd.dims[:2], "yDesc",
+              f"dims {yd.dims} must have xDesc's rank and n, c {xd.dims[:2]}")
+        _check_spatial(pd, xd, BWD_DTYPES)
+        for name, d in (("xDesc", xd), ("yDesc", yd)):
+            if not _innermost_unit_stride(d):
+                raise not_supported(name, f"strides {d.strides}: the innermost dim (W, or C for NHWC) must have stride 1")
+        keys = tuple(("PoolingBackward", pd.key(), yd.key(), xd.key(), bz) for bz in (False, True))
+        m = _BWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
+    return h, pd, yd, dyd, xd, dxd, m
 
 
 # CuPy 13 spelled the descriptor setters with cuDNN 5's _v4 suffix.

@@ -26,7 +26,7 @@ from ._core.call import ALPHA, BETA, blend, cached_plan, plan_for, run
 from ._core.data import scalar
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
-from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.memo import Memo, call_site
 from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
@@ -193,29 +193,7 @@ def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspac
     """C = alpha * reduce_op(A) + beta * C over the dims where C is 1 (002 §3.2.71).  The
     descriptor checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, reduceTensorDesc, aDesc, cDesc)
-    s = site_get(_REDUCE_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, rd, ad, cd, m = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        rd = reduce_desc(reduceTensorDesc)
-        ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
-        mk, m = _REDUCE.lookup((), (rd, ad, cd))
-        if m is None:
-            _check_shapes(ad, cd)
-            check(ad.dims != cd.dims, "cDesc", f"no dimension is reduced (A and C are both {ad.dims})")
-            _check_types(rd, ad, cd)
-            if rd.wants_indices:
-                check(rd.mode in INDEX_MODES, "reduceTensorDesc",
-                      f"indices are computed for MIN, MAX and AMAX only, not {name_of('cudnnReduceTensorOp_t', rd.op)}")
-                if rd.indicesType != ITYPE["CUDNN_32BIT_INDICES"]:
-                    raise not_supported("reduceTensorDesc", f"indices type {name_of('cudnnIndicesType_t', rd.indicesType)}: "
-                                        "only CUDNN_32BIT_INDICES is supported")
-            plans = tuple((_key(rd, ad, cd, bz), _builder(rd, ad, cd, bz)) for bz in (False, True))
-            m = _REDUCE.put(mk, (cd.dtype == "float64", _indices_bytes(rd, cd) if rd.wants_indices else None,
-                                 _with_indices(rd), plans), (rd.key(), ad.key(), cd.key()))
-        site_put(_REDUCE_SITES, sk, stamp, (h, rd, ad, cd, m))
+    h, rd, ad, cd, m = _reduce_site(sk, handle, reduceTensorDesc, aDesc, cDesc)
     dbl, need, with_indices, plans = m
     if need is not None:
         have = 0 if indices is None or (isinstance(indices, int) and indices == 0) else int(indicesSizeInBytes)
@@ -230,3 +208,26 @@ def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspac
     if with_indices:
         tensors[I_UID] = (indices, "indices")
     run(h, key, build, tensors, {ALPHA: a, BETA: b}, workspace, ws_have)
+
+
+@call_site(_REDUCE_SITES)
+def _reduce_site(handle, reduceTensorDesc, aDesc, cDesc):
+    """reduceTensor's descriptor resolving and checks (once per combination of settings)."""
+    h = get_handle(handle)
+    rd = reduce_desc(reduceTensorDesc)
+    ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
+    mk, m = _REDUCE.lookup((), (rd, ad, cd))
+    if m is None:
+        _check_shapes(ad, cd)
+        check(ad.dims != cd.dims, "cDesc", f"no dimension is reduced (A and C are both {ad.dims})")
+        _check_types(rd, ad, cd)
+        if rd.wants_indices:
+            check(rd.mode in INDEX_MODES, "reduceTensorDesc",
+                  f"indices are computed for MIN, MAX and AMAX only, not {name_of('cudnnReduceTensorOp_t', rd.op)}")
+            if rd.indicesType != ITYPE["CUDNN_32BIT_INDICES"]:
+                raise not_supported("reduceTensorDesc", f"indices type {name_of('cudnnIndicesType_t', rd.indicesType)}: "
+                                    "only CUDNN_32BIT_INDICES is supported")
+        plans = tuple((_key(rd, ad, cd, bz), _builder(rd, ad, cd, bz)) for bz in (False, True))
+        m = _REDUCE.put(mk, (cd.dtype == "float64", _indices_bytes(rd, cd) if rd.wants_indices else None,
+                             _with_indices(rd), plans), (rd.key(), ad.key(), cd.key()))
+    return h, rd, ad, cd, m

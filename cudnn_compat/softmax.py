@@ -11,7 +11,7 @@ from __future__ import annotations
 from cudnn_compat._backend.ir import OperationGraph
 from ._core.call import ALPHA, BETA, blended, run
 from ._core.data import same_buffer, scalar
-from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.memo import Memo, call_site
 from ._core.registry import legacy
 from .activation import require_dtype, require_spatial_packed
 from .enums import ENUMS, is_valid
@@ -59,30 +59,7 @@ def softmaxForward(handle, algorithm, mode, alpha, xDesc, x, beta, yDesc, y) -> 
     """y = alpha*softmax(x) + beta*y (002 §3.2.96).  BAD_PARAM: x/y dims or data type differ,
     invalid algorithm or mode.  The descriptor checks run once per combination (``_core.memo``)."""
     sk = (handle, algorithm, mode, xDesc, yDesc)
-    s = site_get(_FWD_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, xd, yd, m = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        algorithm, mode = _enums(algorithm, mode)
-        xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-        mk = (algorithm, mode, id(xd._key or xd.key()), id(yd._key or yd.key()))
-        m = _FWD.get(mk)
-        if m is None:
-            mk, m = _FWD.canonical((algorithm, mode), (xd, yd))
-        if m is None:
-            algo, axes = _settings(algorithm, mode)
-            check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
-            check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
-            check(not same_buffer(x, y) or xd.strides == yd.strides, "yDesc",
-                  f"in-place (x == y) needs equal strides (x {xd.strides}, y {yd.strides})")
-            _supported(xd, "xDesc")
-            _supported(yd, "yDesc")
-            attrs = {"algorithm": algo, "axes": axes(xd.nbDims)}
-            keys = tuple(("SoftmaxForward", algo, attrs["axes"], xd.key(), yd.key(), bz) for bz in (False, True))
-            m = _FWD.put(mk, (xd.dtype == "float64", attrs, xd.strides == yd.strides, keys), (xd.key(), yd.key()))
-        site_put(_FWD_SITES, sk, stamp, (h, xd, yd, m))
+    h, xd, yd, m = _fwd_site(sk, handle, algorithm, mode, xDesc, x, yDesc, y)
     dbl, attrs, same_strides, keys = m
     if not same_strides:
         check(not same_buffer(x, y), "yDesc", f"in-place (x == y) needs equal strides (x {xd.strides}, y {yd.strides})")
@@ -94,38 +71,37 @@ def softmaxForward(handle, algorithm, mode, alpha, xDesc, x, beta, yDesc, y) -> 
     run(h, keys[b == 0], build, {X: (x, "x"), Y: (y, "y")}, {ALPHA: a, BETA: b})
 
 
+@call_site(_FWD_SITES)
+def _fwd_site(handle, algorithm, mode, xDesc, x, yDesc, y):
+    """softmaxForward's descriptor resolving and checks (once per combination of settings)."""
+    h = get_handle(handle)
+    algorithm, mode = _enums(algorithm, mode)
+    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+    mk = (algorithm, mode, id(xd._key or xd.key()), id(yd._key or yd.key()))
+    m = _FWD.get(mk)
+    if m is None:
+        mk, m = _FWD.canonical((algorithm, mode), (xd, yd))
+    if m is None:
+        algo, axes = _settings(algorithm, mode)
+        check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
+        check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
+        check(not same_buffer(x, y) or xd.strides == yd.strides, "yDesc",
+              f"in-place (x == y) needs equal strides (x {xd.strides}, y {yd.strides})")
+        _supported(xd, "xDesc")
+        _supported(yd, "yDesc")
+        attrs = {"algorithm": algo, "axes": axes(xd.nbDims)}
+        keys = tuple(("SoftmaxForward", algo, attrs["axes"], xd.key(), yd.key(), bz) for bz in (False, True))
+        m = _FWD.put(mk, (xd.dtype == "float64", attrs, xd.strides == yd.strides, keys), (xd.key(), yd.key()))
+    return h, xd, yd, m
+
+
 @legacy("cudnnSoftmaxBackward")
 def softmaxBackward(handle, algorithm, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx) -> None:
     """dx = alpha*softmax'(y)·dy + beta*dx (002 §4.1.19).  BAD_PARAM: dims of y, dy, dx differ;
     y/dy strides differ; data types differ; in-place (dy == dx) with different strides;
     invalid algorithm or mode."""
     sk = (handle, algorithm, mode, yDesc, dyDesc, dxDesc)
-    s = site_get(_BWD_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, yd, dyd, dxd, m = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        algorithm, mode = _enums(algorithm, mode)
-        yd, dyd, dxd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
-        mk = (algorithm, mode, id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(dxd._key or dxd.key()))
-        m = _BWD.get(mk)
-        if m is None:
-            mk, m = _BWD.canonical((algorithm, mode), (yd, dyd, dxd))
-        if m is None:
-            algo, axes = _settings(algorithm, mode)
-            for name, t in (("dyDesc", dyd), ("dxDesc", dxd)):
-                check(t.dims == yd.dims, name, f"dims {t.dims} must equal yDesc's {yd.dims}")
-                check(t.dataType == yd.dataType, name, "data type must equal yDesc's")
-            check(dyd.strides == yd.strides, "dyDesc", f"strides {dyd.strides} must equal yDesc's {yd.strides}")
-            check(not same_buffer(dy, dx) or dyd.strides == dxd.strides, "dxDesc",
-                  f"in-place (dy == dx) needs equal strides (dy {dyd.strides}, dx {dxd.strides})")
-            for name, t in (("yDesc", yd), ("dxDesc", dxd)):
-                _supported(t, name)
-            attrs = {"algorithm": algo, "axes": axes(yd.nbDims)}
-            keys = tuple(("SoftmaxBackward", algo, attrs["axes"], yd.key(), dyd.key(), dxd.key(), bz) for bz in (False, True))
-            m = _BWD.put(mk, (yd.dtype == "float64", attrs, dyd.strides == dxd.strides, keys), (yd.key(), dyd.key(), dxd.key()))
-        site_put(_BWD_SITES, sk, stamp, (h, yd, dyd, dxd, m))
+    h, yd, dyd, dxd, m = _bwd_site(sk, handle, algorithm, mode, yDesc, dyDesc, dy, dxDesc, dx)
     dbl, attrs, same_strides, keys = m
     if not same_strides:
         check(not same_buffer(dy, dx), "dxDesc", f"in-place (dy == dx) needs equal strides (dy {dyd.strides}, dx {dxd.strides})")
@@ -136,3 +112,29 @@ def softmaxBackward(handle, algorithm, mode, alpha, yDesc, y, dyDesc, dy, beta, 
         return OperationGraph(blended("SoftmaxBackward", ins, "dx", dxd.ir(DX, "dx"), b == 0, dict(attrs)), "SoftmaxBackward")
 
     run(h, keys[b == 0], build, {Y: (y, "y"), DY: (dy, "dy"), DX: (dx, "dx")}, {ALPHA: a, BETA: b})
+
+
+@call_site(_BWD_SITES)
+def _bwd_site(handle, algorithm, mode, yDesc, dyDesc, dy, dxDesc, dx):
+    """softmaxBackward's descriptor resolving and checks (once per combination of settings)."""
+    h = get_handle(handle)
+    algorithm, mode = _enums(algorithm, mode)
+    yd, dyd, dxd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
+    mk = (algorithm, mode, id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(dxd._key or dxd.key()))
+    m = _BWD.get(mk)
+    if m is None:
+        mk, m = _BWD.canonical((algorithm, mode), (yd, dyd, dxd))
+    if m is None:
+        algo, axes = _settings(algorithm, mode)
+        for name, t in (("dyDesc", dyd), ("dxDesc", dxd)):
+            check(t.dims == yd.dims, name, f"dims {t.dims} must equal yDesc's {yd.dims}")
+            check(t.dataType == yd.dataType, name, "data type must equal yDesc's")
+        check(dyd.strides == yd.strides, "dyDesc", f"strides {dyd.strides} must equal yDesc's {yd.strides}")
+        check(not same_buffer(dy, dx) or dyd.strides == dxd.strides, "dxDesc",
+              f"in-place (dy == dx) needs equal strides (dy {dyd.strides}, dx {dxd.strides})")
+        for name, t in (("yDesc", yd), ("dxDesc", dxd)):
+            _supported(t, name)
+        attrs = {"algorithm": algo, "axes": axes(yd.nbDims)}
+        keys = tuple(("SoftmaxBackward", algo, attrs["axes"], yd.key(), dyd.key(), dxd.key(), bz) for bz in (False, True))
+        m = _BWD.put(mk, (yd.dtype == "float64", attrs, dyd.strides == dxd.strides, keys), (yd.key(), dyd.key(), dxd.key()))
+    return h, yd, dyd, dxd, m

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor
 from ._core.call import ALPHA, BETA, blend, compute_dtype, run
 from ._core.data import same_buffer, scalar
-from ._core.memo import EPOCH, Memo, site_get, site_put
+from ._core.memo import Memo, call_site
 from ._core.registry import CUPY_NAMES, legacy
 from .errors import check, not_supported
 from .handle import get_handle
@@ -25,26 +25,7 @@ def addTensor(handle, alpha, aDesc, A_data, beta, cDesc, C_data) -> None:
     """C = alpha*A + beta*C, A broadcast over dims where it is 1 (002 §3.2.2).  The descriptor
     checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, aDesc, cDesc)
-    s = site_get(_ADD_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, ad, cd, m = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
-        mk = (id(ad._key or ad.key()), id(cd._key or cd.key()))
-        m = _ADD.get(mk)
-        if m is None:
-            mk, m = _ADD.canonical((), (ad, cd))
-        if m is None:
-            check(ad.dataType == cd.dataType, "aDesc", "data type must equal cDesc's")
-            check(ad.nbDims == cd.nbDims and all(a in (c, 1) for a, c in zip(ad.dims, cd.dims)), "aDesc",
-                  f"each dim must equal cDesc's or be 1 (A {ad.dims}, C {cd.dims})")
-            if cd.nbDims > 5:
-                raise not_supported("cDesc", f"AddTensor supports up to 5 dimensions, got {cd.nbDims}")
-            keys = tuple(("AddTensor", ad.key(), cd.key(), bz) for bz in (False, True))
-            m = _ADD.put(mk, (cd.dtype == "float64", keys), (ad.key(), cd.key()))
-        site_put(_ADD_SITES, sk, stamp, (h, ad, cd, m))
+    h, ad, cd, m = _add_site(sk, handle, aDesc, cDesc)
     dbl, keys = m
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
 
@@ -54,6 +35,26 @@ def addTensor(handle, alpha, aDesc, A_data, beta, cDesc, C_data) -> None:
         return OperationGraph([blend(at, ct, b == 0)], "AddTensor")
 
     run(h, keys[b == 0], build, {A: (A_data, "A"), C: (C_data, "C")}, {ALPHA: a, BETA: b})
+
+
+@call_site(_ADD_SITES)
+def _add_site(handle, aDesc, cDesc):
+    """addTensor's descriptor resolving and checks (once per combination of settings)."""
+    h = get_handle(handle)
+    ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
+    mk = (id(ad._key or ad.key()), id(cd._key or cd.key()))
+    m = _ADD.get(mk)
+    if m is None:
+        mk, m = _ADD.canonical((), (ad, cd))
+    if m is None:
+        check(ad.dataType == cd.dataType, "aDesc", "data type must equal cDesc's")
+        check(ad.nbDims == cd.nbDims and all(a in (c, 1) for a, c in zip(ad.dims, cd.dims)), "aDesc",
+              f"each dim must equal cDesc's or be 1 (A {ad.dims}, C {cd.dims})")
+        if cd.nbDims > 5:
+            raise not_supported("cDesc", f"AddTensor supports up to 5 dimensions, got {cd.nbDims}")
+        keys = tuple(("AddTensor", ad.key(), cd.key(), bz) for bz in (False, True))
+        m = _ADD.put(mk, (cd.dtype == "float64", keys), (ad.key(), cd.key()))
+    return h, ad, cd, m
 
 
 @legacy("cudnnSetTensor")

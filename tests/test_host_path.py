@@ -612,6 +612,98 @@ def test_call_site_sees_descriptor_changes(emu, rng):
         cc.cudnnActivationForward(h, ad, 1.0, xd, _dev({"x": x})["x"], 0.0, yd, _dev({"y": y})["y"])
 
 
+def test_call_site_helper():
+    """``_core.memo.call_site``: a hit returns the remembered value without resolving; a descriptor
+    change (EPOCH) resolves again; the stamp is the one read before resolving (a change while
+    resolving leaves the entry stale); an unhashable argument and a value whose last item is None
+    are not remembered; a resolver the wrapper cannot mirror is refused when decorated."""
+    from cudnn_compat._core import descriptor, memo as _memo
+    sites, calls = _memo.Memo("test sites"), []
+
+    @_memo.call_site(sites)
+    def site(a, b):
+        """the resolver's doc"""
+        calls.append((a, b))
+        if b == "bump":  # a descriptor changed while this call resolved
+            descriptor.EPOCH[0] = next(descriptor._EPOCHS)
+        return a, (None if b == "forget" else b)
+
+    assert site.__name__ == "site" and site.__doc__ == "the resolver's doc" and site.sites is sites
+    assert site.__wrapped__(1, 2) == (1, 2) and calls.pop() == (1, 2)
+    assert site(("k",), 1, 2) == (1, 2) and calls == [(1, 2)]
+    assert site(("k",), 1, 3) == (1, 2) and calls == [(1, 2)]  # a hit: the remembered value, no resolving
+    descriptor.EPOCH[0] = next(descriptor._EPOCHS)
+    assert site(("k",), 1, 3) == (1, 3) and len(calls) == 2  # stale: resolved again
+    assert site(("k",), 1, 4) == (1, 3) and len(calls) == 2
+    site(("r",), 1, "bump")
+    site(("r",), 1, "bump2")
+    assert len(calls) == 4  # the entry made while resolving carried the stamp from before: stale
+    for _ in range(2):
+        assert site(("f",), 1, "forget") == (1, None)
+        assert site(([],), 1, 5) == (1, 5)  # unhashable: resolved, no entry, no TypeError
+    assert len(calls) == 8 and ("f",) not in sites and len(sites) == 2
+    for bad in ("def r(a, b=1): return a, b", "def r(*a): return a", "def r(sk): return sk,",
+                "def r(a, *, b): return a, b"):
+        ns = {}
+        exec(bad, ns)
+        with pytest.raises(TypeError, match="call_site"):
+            _memo.call_site(sites)(ns["r"])
+
+
+def _resolve_spy(monkeypatch) -> list:
+    """The argument names every descriptor or handle resolve of the package is made for, in order
+    (``_core.descriptor.resolve`` replaced in each module that imported it)."""
+    import sys
+    from cudnn_compat._core import descriptor
+    orig, seen = descriptor.resolve, []
+
+    def spy(arg, cls, argname, need_set=True):
+        seen.append(argname)
+        return orig(arg, cls, argname, need_set)
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("cudnn_compat") and getattr(mod, "resolve", None) is orig:
+            monkeypatch.setattr(mod, "resolve", spy)
+    return seen
+
+
+@pytest.mark.parametrize("case", ["bn_train", "bn_inf", "bn_bwd", "act_fwd", "pool_bwd", "softmax_bwd", "lrn",
+                                  "op_tensor"])
+def test_first_call_resolves_each_descriptor_once(rng, case, monkeypatch):
+    """A first call (no memo entry, no call site) resolves the handle and each descriptor argument
+    once, the batch-norm calls' general way included; a call-site hit resolves none."""
+    from cudnn_compat._core import memo as _memo
+    ins, outs, call = CASES[case](rng)
+    h = cc.cudnnCreate("cpu")
+    _memo.clear_all()
+    seen = _resolve_spy(monkeypatch)
+    call(h, _f32({**ins, **outs}), 1.0, 0.0)
+    assert seen and len(seen) == len(set(seen)), seen
+    for _ in range(2):  # the second call remembers its site
+        call(h, _f32({**ins, **outs}), 1.0, 0.0)
+    seen.clear()
+    call(h, _f32({**ins, **outs}), 1.0, 0.0)
+    assert seen == []
+
+
+def test_first_convolution_call_resolves_each_descriptor_once(monkeypatch):
+    """The convolutions' builder (002's rules, on a plan-cache miss) checks the descriptors the call
+    site resolved: a first call resolves each once (with conv + bias + activation too)."""
+    from cudnn_compat._core import memo as _memo
+    xd, wd, yd, cd, bufs = _conv_problem()
+    h = cc.cudnnCreate("cpu")
+    algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+    bd, ad = tdesc((1, 8, 1, 1)), _act(None)
+    cc.plan_cache_clear()
+    _memo.clear_all()
+    seen = _resolve_spy(monkeypatch)
+    cc.cudnnConvolutionForward(h, 1.0, xd, bufs["x"], wd, bufs["w"], cd, algo, None, 0, 0.0, yd, bufs["y"])
+    assert sorted(seen) == ["convDesc", "handle", "wDesc", "xDesc", "yDesc"], seen
+    seen.clear()
+    cc.cudnnConvolutionBiasActivationForward(h, 1.0, xd, bufs["x"], wd, bufs["w"], cd, algo, None, 0, 0.0, yd,
+                                             bufs["y"], bd, np.zeros(8, np.float32), ad, yd, bufs["y"])
+    assert sorted(seen) == ["activationDesc", "biasDesc", "convDesc", "handle", "wDesc", "xDesc", "yDesc", "zDesc"]
+
+
 def test_lane_follows_the_plan_cache(emu, rng, monkeypatch):
     """A lane whose plan left the cache is not used (the call rebuilds the plan); a forced engine in the
     environment takes the general path (the engine is part of the plan key there)."""

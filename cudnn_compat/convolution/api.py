@@ -29,7 +29,7 @@ from .algos import (CuDNNAlgoPerf, INT8_CONFIGS, Layout, MIXED_DTYPES, NON_DETER
                           Problem, TABLES, TENSOR_OP, config_of, unsupported, zero_workspace_algo)
 from .._core.data import extent_bytes, scalar
 from .._core.descriptor import resolve
-from .._core.memo import EPOCH, Memo, site_get, site_put
+from .._core.memo import Memo, call_site
 from .._core.registry import CUPY_NAMES, legacy
 from ..enums import ENUMS, name_of
 from ..errors import STATUS, bad_param, check, not_supported
@@ -179,10 +179,12 @@ def _config(dr: Direction, xd, wd, yd, cd) -> str:
 def _conv_call(dr: Direction, first, second, out, convDesc) -> ConvCall:
     """Resolve and validate a call's descriptors (002 §5.2.10/§5.2.8/§6.2.2 'Returns')."""
     args = _xwy(dr, first, second, out)
-    xd = tensor_desc(args[0], dr.descs[0])
-    wd = resolve(args[1], FilterDescriptor, dr.descs[1])
-    yd = tensor_desc(args[2], dr.descs[2])
-    cd = conv_desc(convDesc)
+    return _checked_call(dr, tensor_desc(args[0], dr.descs[0]), resolve(args[1], FilterDescriptor, dr.descs[1]),
+                         tensor_desc(args[2], dr.descs[2]), conv_desc(convDesc))
+
+
+def _checked_call(dr: Direction, xd, wd, yd, cd) -> ConvCall:
+    """``_conv_call`` of descriptors already resolved (a call site's, in forward terms)."""
     xn, wn, yn = dr.descs
     check(yd.nbDims == xd.nbDims, yn, f"has {yd.nbDims} dims but {xn} has {xd.nbDims}")
     check(wd.nbDims == xd.nbDims, wn, f"has {wd.nbDims} dims but {xn} has {xd.nbDims}")
@@ -235,32 +237,34 @@ def _compute(dr: Direction, handle, alpha, descs: tuple, datas: tuple, convDesc,
     i.e. once per signature on a plan-cache miss and still before anything is written; a cached
     call resolves, keys, binds and executes."""
     sk = (handle, dr.kind, descs[0], descs[1], descs[2], convDesc, algo)
-    s = site_get(_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, xd, wd, yd, cd, double, keys = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        names = dr.descs
-        xd = tensor_desc(descs[0], names[0])
-        wd = resolve(descs[1], FilterDescriptor, names[1])
-        yd = tensor_desc(descs[2], names[2])
-        cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
-        double = yd.dataType == D_DOUBLE
-        keys = tuple(_call_key(dr, xd, wd, yd, cd, algo, bz)
-                     for bz in (False, True))  # one key object per signature: _call.run's lane finds it
-        site_put(_SITES, sk, stamp, (h, xd, wd, yd, cd, double, keys))
+    h, xd, wd, yd, cd, double, keys = _conv_site(sk, dr, handle, descs, convDesc, algo)
     a, b = scalar(alpha, "alpha", double), scalar(beta, "beta", double)
     beta_zero = b == 0
     key = keys[beta_zero]
 
     def build():
-        call = _conv_call(dr, *[descs[i] for i in dr.order], convDesc)
+        call = _checked_call(dr, xd, wd, yd, cd)  # the descriptors resolved above
         return call.builder(_algo(dr, algo, call), cd.mathType, beta_zero)()
 
     names = dr.datas
     _call.run(h, key, build, {X: (datas[0], names[0]), W: (datas[1], names[1]), Y: (datas[2], names[2])},
               {ALPHA: a, BETA: b}, workSpace, int(workSpaceSizeInBytes or 0), workspace_arg="workSpaceSizeInBytes")
+
+
+@call_site(_SITES)
+def _conv_site(dr, handle, descs, convDesc, algo):
+    """_compute's descriptors resolved and its plan-cache keys (002's rules: ``_checked_call`` in the
+    builder)."""
+    h = get_handle(handle)
+    names = dr.descs
+    xd = tensor_desc(descs[0], names[0])
+    wd = resolve(descs[1], FilterDescriptor, names[1])
+    yd = tensor_desc(descs[2], names[2])
+    cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
+    double = yd.dataType == D_DOUBLE
+    keys = tuple(_call_key(dr, xd, wd, yd, cd, algo, bz)
+                 for bz in (False, True))  # one key object per signature: _call.run's lane finds it
+    return h, xd, wd, yd, cd, double, keys
 
 
 @legacy("cudnnConvolutionForward")
@@ -590,16 +594,6 @@ def convolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db) -> None
               {X: (dy, "dy"), Y: (db, "db")}, {ALPHA: a, BETA: b})
 
 
-def _activation(activationDesc) -> tuple:
-    """(mode, reluNanOpt, coef) through the activation family's public getter."""
-    from .._core.registry import LEGACY
-    getter = LEGACY.get("cudnnGetActivationDescriptor")
-    if getter is None:  # pragma: no cover - the activation family is not installed
-        raise not_supported("activationDesc", "activation descriptors are not available")
-    mode, nan_opt, coef = getattr(getter, "__wrapped__", getter)(activationDesc)[:3]  # errors name this function
-    return int(mode), int(nan_opt), float(coef)
-
-
 def _same_layout(a, b) -> bool:
     return a.dataType == b.dataType and a.dims == b.dims and a.strides == b.strides
 
@@ -618,14 +612,15 @@ def _activation_class():
     return _ACTIVATION_CLASS[0]
 
 
-def _bias_act_graph(call: ConvCall, algo, activationDesc, zd, bd, use_z: bool) -> OperationGraph:
+def _bias_act_graph(call: ConvCall, algo, ad, zd, bd, use_z: bool) -> OperationGraph:
     """Validate a ConvolutionBiasActivationForward signature (002 §5.2.9 'Returns') and build its
-    graph; runs once per signature, on a plan-cache miss, before anything is written."""
+    graph; runs once per signature, on a plan-cache miss, before anything is written.  ``ad``: the
+    resolved activation descriptor."""
     cd, yd = call.cd, call.yd
     for name, d in (("xDesc", call.xd), ("wDesc", call.wd), ("yDesc", yd), ("zDesc", zd)):
         check(d.nbDims == cd.arrayLength + 2, name,
               f"has {d.nbDims} dims; it must have convDesc arrayLength + 2 = {cd.arrayLength + 2}")
-    mode, nan_opt, coef = _activation(activationDesc)
+    mode, nan_opt = ad.mode, ad.reluNanOpt
     act = ENUMS["cudnnActivationMode_t"]
     if mode not in (act["CUDNN_ACTIVATION_RELU"], act["CUDNN_ACTIVATION_IDENTITY"]):
         raise not_supported("activationDesc", f"mode must be CUDNN_ACTIVATION_RELU or CUDNN_ACTIVATION_IDENTITY, got "
@@ -673,35 +668,38 @@ def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDes
     and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
     and keys on their settings; 002's rules are checked by the builder on a plan-cache miss."""
     sk = (handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc, activationDesc, algo)
-    s = site_get(_CBA_SITES, sk)  # same arguments, no descriptor changed since
-    if s is not None:
-        h, yd, zd, bd, double, keys = s
-    else:
-        stamp = EPOCH[0]
-        h = get_handle(handle)
-        xd = tensor_desc(xDesc, "xDesc")
-        wd = resolve(wDesc, FilterDescriptor, "wDesc")
-        yd = tensor_desc(yDesc, "yDesc")
-        zd = tensor_desc(zDesc, "zDesc")
-        cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
-        bd = tensor_desc(biasDesc, "biasDesc")
-        ad = resolve(activationDesc, _ACTIVATION_CLASS[0] if _ACTIVATION_CLASS else _activation_class(), "activationDesc")
-        double = yd.dataType == D_DOUBLE
-        keys = tuple(("ConvolutionBiasActivationForward", xd.key(), wd.key(), yd.key(), cd.key(), zd.key(), bd.key(),
-                      ad.key(), algo if type(algo) is int else repr(algo), uz) for uz in (False, True))
-        site_put(_CBA_SITES, sk, stamp, (h, yd, zd, bd, double, keys))
+    h, xd, wd, yd, zd, cd, bd, ad, double, keys = _cba_site(sk, handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc,
+                                                            activationDesc, algo)
     a1, a2 = scalar(alpha1, "alpha1", double), scalar(alpha2, "alpha2", double)
     use_z = a2 != 0
     key = keys[use_z]
 
     def build():
-        return _bias_act_graph(_conv_call(FWD, xDesc, wDesc, yDesc, convDesc), algo, activationDesc, zd, bd, use_z)
+        return _bias_act_graph(_checked_call(FWD, xd, wd, yd, cd), algo, ad, zd, bd, use_z)
 
     tensors = {X: (x, "x"), W: (w, "w"), Y: (y, "y"), BIAS: (bias, "bias")}
     if use_z:
         tensors[Z] = (z, "z")
     _call.run(h, key, build, tensors, {ALPHA: a1, ALPHA2: a2}, workSpace, int(workSpaceSizeInBytes or 0),
               workspace_arg="workSpaceSizeInBytes")
+
+
+@call_site(_CBA_SITES)
+def _cba_site(handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc, activationDesc, algo):
+    """convolutionBiasActivationForward's descriptors resolved and its plan-cache keys (002's rules:
+    ``_bias_act_graph`` in the builder)."""
+    h = get_handle(handle)
+    xd = tensor_desc(xDesc, "xDesc")
+    wd = resolve(wDesc, FilterDescriptor, "wDesc")
+    yd = tensor_desc(yDesc, "yDesc")
+    zd = tensor_desc(zDesc, "zDesc")
+    cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
+    bd = tensor_desc(biasDesc, "biasDesc")
+    ad = resolve(activationDesc, _ACTIVATION_CLASS[0] if _ACTIVATION_CLASS else _activation_class(), "activationDesc")
+    double = yd.dataType == D_DOUBLE
+    keys = tuple(("ConvolutionBiasActivationForward", xd.key(), wd.key(), yd.key(), cd.key(), zd.key(), bd.key(),
+                  ad.key(), algo if type(algo) is int else repr(algo), uz) for uz in (False, True))
+    return h, xd, wd, yd, zd, cd, bd, ad, double, keys
 
 
 # CuPy 13 spellings that name the same functions (cupy_backends/cuda/cupy_cudnn.h macros).
