@@ -27,7 +27,7 @@ from ._core import bound_graph as bg
 from ._core.call import run
 from ._core.data import _CUPY_NDARRAY, preflight
 from ._core.lifecycle import pair
-from ._core.memo import Memo
+from ._core.memo import Memo, call_site
 from ._core.descriptor import Descriptor, resolve
 from ._core.registry import CUPY_NAMES, legacy
 from .errors import CUDNN_STATUS_INVALID_VALUE, bad_param, check, not_supported  # noqa: F401
@@ -265,20 +265,30 @@ def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceS
     bg.execute(h, key, bound, buffers, {"scale": scale})
 
 
+_FWD_SITES, _BWD_SITES = Memo("cudnnDropoutForward sites"), Memo("cudnnDropoutBackward sites")
+
+
+def _resolve(handle, dropoutDesc, aDesc, an, bDesc, bn):
+    """(handle, dropout descriptor, input and output tensor descriptors, True): once per combination
+    of settings (``_core.memo`` call sites)."""
+    return get_handle(handle), dropout_desc(dropoutDesc), tensor_desc(aDesc, an), tensor_desc(bDesc, bn), True
+
+
+_FWD_SITE, _BWD_SITE = call_site(_FWD_SITES)(_resolve), call_site(_BWD_SITES)(_resolve)
+
+
 @legacy("cudnnDropoutForward")
 def dropoutForward(handle, dropoutDesc, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes) -> None:
     """Dropout forward: zero about a fraction p of x, scale the rest by 1/(1-p), mask kept in reserveSpace
     (002 §3.2.34)."""
-    h = get_handle(handle)
-    d = dropout_desc(dropoutDesc)
-    xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
+    h, d, xd, yd, _ = _FWD_SITE((handle, dropoutDesc, xDesc, yDesc), handle, dropoutDesc, xDesc, "xDesc", yDesc,
+                                "yDesc")
     _run_masked(h, "DropoutForward", d, xd, x, "x", yd, y, "y", reserveSpace, reserveSpaceSizeInBytes, True)
 
 
 @legacy("cudnnDropoutBackward")
 def dropoutBackward(handle, dropoutDesc, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes) -> None:
     """Dropout backward: dx from dy and the mask saved in reserveSpace (002 §4.1.7)."""
-    h = get_handle(handle)
-    d = dropout_desc(dropoutDesc)
-    dyd, dxd = tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
+    h, d, dyd, dxd, _ = _BWD_SITE((handle, dropoutDesc, dyDesc, dxDesc), handle, dropoutDesc, dyDesc, "dyDesc",
+                                  dxDesc, "dxDesc")
     _run_masked(h, "DropoutBackward", d, dyd, dy, "dy", dxd, dx, "dx", reserveSpace, reserveSpaceSizeInBytes, False)

@@ -274,3 +274,15 @@ def test_an_introduced_cycle_fails():
     assert find_cycles(graph) == [["q.one", "q.two", "q.one"]]
     graph["q.two"] = edges("q.two", "def g():\n    from .one import f\n", False, modules)
     assert find_cycles(graph) == []
+
+
+def test_generated_python_is_compiled_in_one_place():
+    """Issue 26 item 2: ``exec`` and ``compile`` of Python source appear only in
+    ``cudnn_compat/_core/generated.py`` (its ``define`` keeps the source for tracebacks and dumps)."""
+    home = "cudnn_compat._core.generated"
+    found = []
+    for name, path in package_modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exec", "compile"):
+                found.append(f"{name}:{node.lineno} {node.func.id}")
+    assert found and all(f.startswith(home + ":") for f in found), found

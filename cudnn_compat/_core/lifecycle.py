@@ -25,9 +25,9 @@ minibatch, dataType, checked against the RNN's algo).
 """
 from __future__ import annotations
 
-import __future__
 from typing import NamedTuple
 
+from . import generated as _generated
 from .descriptor import resolve
 from .registry import LEGACY, cupy_name, legacy
 from ..errors import bad_param
@@ -111,8 +111,7 @@ def pair(cls, module: str) -> tuple:
         ns["is_null"], guard = is_null, f"if not is_null({row.arg}):\n        "
     src = _SOURCE.format(create=cupy_name(row.create), destroy=cupy_name(row.destroy), cls=cls.__name__,
                          arg=row.arg, guard=guard)
-    flags = __future__.annotations.compiler_flag  # annotations stay strings, as in the family modules
-    exec(compile(src, f"<lifecycle {cls.__name__}>", "exec", flags=flags, dont_inherit=True), ns)
+    _generated.define(f"<lifecycle {cls.__name__}>", src, ns, cupy_name(row.create))  # it defines both
     out = []
     for c_name, doc in ((row.create, row.create_doc), (row.destroy, row.destroy_doc)):
         fn = ns[cupy_name(c_name)]

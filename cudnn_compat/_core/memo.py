@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import inspect
 
+from . import generated as _generated
 from .descriptor import EPOCH  # the call sites' validity stamp (see "Call sites" above)
 
 MAXSIZE = 512  # entries per function
@@ -128,8 +129,8 @@ def call_site(sites: "Memo"):
             raise TypeError(f"call_site: {resolve.__qualname__} needs plain positional parameters "
                             f"other than {sorted(_SITE_NAMES)}")
         ns = {"get": sites.get, "put": sites.put, "EPOCH": EPOCH, "resolve": resolve}
-        exec(compile(_SITE.format(args=", ".join(names)), f"<call_site {resolve.__qualname__}>", "exec"), ns)
-        site = functools.update_wrapper(ns["site"], resolve)
+        site = _generated.define(f"<call_site {resolve.__qualname__}>", _SITE.format(args=", ".join(names)), ns, "site")
+        site = functools.update_wrapper(site, resolve)
         site.sites = sites
         return site
     return wrap
