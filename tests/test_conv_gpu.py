@@ -75,6 +75,30 @@ def test_bias_activation_and_backward_bias(gpu, rng):
     np.testing.assert_allclose(host(db, "NCHW").reshape(-1), z.sum(axis=(0, 2, 3)), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype, st, tol", [(FLOAT, np.float32, 1e-4), (HALF, np.float16, 2e-2)])
+def test_bias_activation_repeated_with_other_scalars_on_the_same_buffers(gpu, rng, dtype, st, tol):
+    """The steady path: the same descriptors and buffers called again and again (a prepared call, a
+    CUDA graph per set of alpha1/alpha2 values), with the scalars changing and new input values
+    written between calls: each call computes its own formula, never a replay of another's."""
+    import cupy
+    x, w, z = (rng.standard_normal(s).astype(st).astype(np.float64) for s in (XS, WS, YS))
+    bias = rng.standard_normal(WS[0]).astype(st).astype(np.float64)
+    ad = cc.cudnnCreateActivationDescriptor()
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    xd, yd, wd = tdesc(XS, dtype), tdesc(YS, dtype), fdesc(WS, dtype)
+    bd, cd = tdesc((1, WS[0], 1, 1), dtype), cdesc(PAD, STRIDE, DIL, CROSS, FLOAT, G)
+    xb, wb, zb, bb = dev(x, "NCHW", st), dev(w, "NCHW", st), dev(z, "NCHW", st), dev(bias, "NCHW", st)
+    yb = dev(np.zeros(YS), "NCHW", st)
+    algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+    for step, (a1, a2) in enumerate([(1.0, 1.0)] * 3 + [(0.5, -2.0)] * 3 + [(1.0, 1.0), (0.5, -2.0)] * 2):
+        x = rng.standard_normal(XS).astype(st).astype(np.float64)
+        xb[...] = cupy.asarray(x.astype(st))
+        cc.cudnnConvolutionBiasActivationForward(gpu, a1, xd, xb, wd, wb, cd, algo, None, 0, a2, yd, zb, bd, bb, ad,
+                                                 yd, yb)
+        want = np.maximum(a1 * ref_conv(x, w, PAD, STRIDE, DIL, G) + a2 * z + bias.reshape(1, -1, 1, 1), 0.0)
+        np.testing.assert_allclose(host(yb, "NCHW"), want, rtol=tol, atol=tol * 10, err_msg=f"step {step} ({a1}, {a2})")
+
+
 def test_algorithm_queries(gpu, rng):
     import cupy
     cd = cdesc(PAD, STRIDE, DIL, groups=G, math=cc.CUDNN_TENSOR_OP_MATH)

@@ -496,21 +496,43 @@ def test_cuda_graph_capture_failure_falls_back_to_executing(fake_cudnn, monkeypa
     plan.release()
 
 
-def test_cuda_graphs_off_by_env_or_with_by_value_scalars(fake_cudnn, monkeypatch):
+def test_cuda_graphs_off_by_env_keyed_by_by_value_scalars(fake_cudnn, monkeypatch):
     from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
     plan, _executes, _ = fake_cudnn
     assert plan._cuda_graphs is not None
     base = _FakeDesc("EXECUTION_PLAN")
     g = conv_bias_act_graph()
-    mul = candidates(g)[1]  # alpha1/alpha2 as by-value tensors: a graph would fix their values
+    mul = candidates(g)[1]  # alpha1/alpha2 as by-value tensors: a graph fixes their values, so they key it
     assert mul.scale_mode == "mul" and any(b[2] for b in mul.bind)
     cfg = EngineConfig("cudnn", (), frozenset(), 5)
     p = plan_mod.CudnnPlan(g, cfg, mul, 77, _Native(), base, 0, [base], mul.representative())
-    assert p._cuda_graphs is None
+    assert p._cuda_graphs is not None and p._scalar_at
+    rt = plan.rt
+    order = p.launch_order
+    vals = {u: 0x1000 * (k + 1) for k, u in enumerate(order[:p._nbuf])}
+    for a, b in p._same_at:  # a prior output is the output's buffer
+        vals[order[a]] = vals[order[b]]
+
+    def call(a1, a2):
+        values = tuple(vals[u] if k < p._nbuf else {order[p._scalar_at[0][0]]: a1}.get(u, a2)
+                       for k, u in enumerate(order))
+        assert p.launch(values, None) or p.execute(_vp(dict(zip(order, values))), None) is None
+    for a1, a2 in ((1.0, 1.0), (1.0, 1.0), (1.0, 1.0), (2.0, -0.5), (2.0, -0.5), (2.0, -0.5)):
+        call(a1, a2)
+    keys = [gk for gk, g in p._cuda_graphs.items() if g > 0]
+    assert len(keys) == 2 and {gk[3] for gk in keys} == {(1.0, 1.0)[:len(p._scalar_at)], (2.0, -0.5)[:len(p._scalar_at)]}
+    # per set of values: executed, captured and launched, replayed
+    assert len(rt.launches) == 4 and len(rt.captured) == 2 and rt.launches[0][0] != rt.launches[2][0]
+    p.release()
     monkeypatch.setenv("CUDNN_COMPAT_CUDNN_GRAPHS", "0")
     spec = candidates(plan.spec_graph)[0]
     q = plan_mod.CudnnPlan(plan.spec_graph, cfg, spec, 77, _Native(), base, 0, [base], spec.representative())
     assert q._cuda_graphs is None
+
+
+def _vp(data):
+    from cudnn_compat._backend.engines.base import VariantPack
+    return VariantPack(data)
 
 
 class _Native:

@@ -10,12 +10,12 @@ the plan keeps one native plan per tuple of their values (``SUBPLANS`` of them).
 
 CUDA graph replay (``CUDNN_COMPAT_CUDNN_GRAPHS``, default on; "0" turns it off): the host
 cost of cudnnBackendExecute (~10 us on an H100 host) dominates a cached call, so the second
-call with the same native plan, variant pack (data pointers, workspace) and stream captures
+call with the same native plan, variant pack (data pointers, workspace), stream and by-value
+scalar values (a graph fixes them as captured) captures
 that execute into a CUDA graph (``engines.graphs``, the engines' one capture: a side stream) and every
 later such call is one cudaGraphLaunch on the caller's stream.  The kernels read and write
-the same buffers at run time, so results are those of the execute; plans with by-value
-scalars (their values would be captured) and calls on a stream that is itself being
-captured execute directly; an execute that cannot be captured falls back to direct
+the same buffers at run time, so results are those of the execute; calls on a stream that is
+itself being captured execute directly; an execute that cannot be captured falls back to direct
 execution for that (plan, pack, stream).  The native handle is shared by the plans of a
 device, so binding it to a stream and executing happen under one lock per device.
 """
@@ -154,9 +154,10 @@ class CudnnPlan(ExecutionPlan):
         self.sub_configs: dict = {}  # key -> config, where the plan's own config rejected the values
         self.autotune = None  # [(config, ms)] when the config was chosen by timing
         self._lock = _device_lock(device)
-        # (baked-scalar key, pack key, stream) -> 0 (executed once), graphExec (> 0) or -1 (not capturable);
-        # None: no graph replay for this plan (turned off, or by-value scalars whose values a graph would fix)
-        self._cuda_graphs = OrderedDict() if (_graphs_enabled() and not self._scalar_at) else None
+        # (baked-scalar key, pack key, stream, by-value scalar values) -> 0 (executed once), graphExec (> 0)
+        # or -1 (not capturable); None: no graph replay for this plan (turned off).  A graph fixes the
+        # by-value scalars' values as they were captured, so their values are part of its key.
+        self._cuda_graphs = OrderedDict() if _graphs_enabled() else None
 
     raw_pointers = True  # the legacy layer may bind device pointers as plain ints
 
@@ -192,10 +193,12 @@ class CudnnPlan(ExecutionPlan):
         EngineDeclined when the call cannot run); else return False.  No allocation but the key
         tuples, no logging.  Under the device lock, which ``release`` takes too: a plan evicted
         by another thread is never freed under a running call."""
+        svals = None
         if self._scalar_at:
             scalars = self._scalars
             for i, slot in self._scalar_at:
                 scalars[slot] = float(values[i])
+            svals = tuple([scalars[slot] for _i, slot in self._scalar_at])  # as the native plan reads them
         for i, j in self._same_at:
             if values[i] != values[j]:
                 if not make:
@@ -234,7 +237,7 @@ class CudnnPlan(ExecutionPlan):
                 return False
             graphs = self._cuda_graphs
             if graphs:  # a graph of this (plan, pack, stream): launch it (its pack was made, and checked, before)
-                gkey = (key, pkey, sptr)
+                gkey = (key, pkey, sptr, svals)
                 g = graphs.get(gkey)
                 if g is not None and g > 0 and not _graphs.graphs().capturing(sptr):
                     graphs.move_to_end(gkey)
@@ -249,7 +252,7 @@ class CudnnPlan(ExecutionPlan):
             else:
                 self._packs.move_to_end(pkey)
             if graphs is not None:
-                gkey = (key, pkey, sptr)
+                gkey = (key, pkey, sptr, svals)
                 g = graphs.get(gkey)
                 if g is None:
                     graphs[gkey] = 0
