@@ -227,10 +227,15 @@ def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceS
             check(False, bn, "strides must equal the input's when the operation is in place (x == y)")
     check(int(reserveSpaceSizeInBytes) >= need, "reserveSpaceSizeInBytes",
           f"{reserveSpaceSizeInBytes} is less than cudnnDropoutGetReserveSpaceSize() = {need}")
-    bg.check_buffer(reserveSpace, "reserveSpace", need)
+    nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else None
+    states = d.states
+    if not (type(reserveSpace) is nd and (reserveSpace._c_contiguous or reserveSpace._f_contiguous)
+            and reserveSpace.nbytes >= need):  # a contiguous CuPy array big enough passes check_buffer
+        bg.check_buffer(reserveSpace, "reserveSpace", need)
     require_states(d)
-    if forward:
-        bg.check_buffer(d.states, "dropoutDesc.states", STATES_SIZE)
+    if forward and not (type(states) is nd and (states._c_contiguous or states._f_contiguous)
+                        and states.nbytes >= STATES_SIZE):
+        bg.check_buffer(states, "dropoutDesc.states", STATES_SIZE)
     if m is None:
         def build():
             b = bg.GraphBuilder(name, "float64" if bd.dtype == "float64" else "float32")
@@ -248,8 +253,6 @@ def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceS
         m = _MASKED.put(mk, (flat, dims, need, key, bound, ad.strides == bd.strides, d.scale, prog),
                         (d.key(), ad.key(), bd.key()))
         scale = m[6]
-    states = d.states
-    nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else None
     if h.place == "gpu" and nd is not None and type(reserveSpace) is nd and type(states) is nd:
         # reserve space and states are untyped (any dtype) and were checked above (NULL, contiguity, size):
         # their graph tensors are bound as device pointers at their byte offsets
