@@ -38,7 +38,27 @@ milliseconds of one step of ours and of the legacy replay (each call with the de
 it), and the top CUDA kernels of one torch step and of one ours step (torch.profiler).  ``host_us``: benchmarks/host_overhead.py's figures
 (median microseconds of one cached call) when that file is there, merged in as it reports them.
 
+N=1 rows (issue 26 item 8): ``--batches`` (default ``32,1``: the N=32 rows of every config, then
+the N=1 rows; ``--batches 32`` skips them, any batch up to 4 gets this row) adds the same ResNet-50
+step at batch 1 (``small_batch_row``), where the step's host cost shows: ``ours_ms``,
+``ours_graph_ms`` (captured as in (f)), ``torch_ms``, ``torch_graph_ms`` and ``legacy_ms`` (the
+recorded replay as in (c); off with ``--no-small-legacy``); ``--small-iters`` (20) steps per
+repetition, ``--small-reps`` (3) repetitions, 3 warm-up steps.  ``eager_over_captured`` = ours_ms /
+ours_graph_ms, against the issue's target ``target_eager_over_captured`` (2.0: the eager step at
+most twice the captured one), ``eager_over_captured_ok``, and ``torch_eager_over_captured`` beside
+it.  Checked there: the loss and the four gradients above against torch's from the same weights
+(``max_rel_err_vs_torch``, ``rel_errs_vs_torch``; in fp16 at batch 1 these gradients differ by O(1)
+in max norm, and torch fp16 from torch fp32 as much, on the CPU at 64-128 px: there the loss is the
+check), the captured step's loss (``ours_graph_loss_rel_err_vs_ours``), the legacy replay's loss
+(``legacy_rel_err_vs_ours``); no fused column, no fp32 references, no ``--diff`` or ``--profile``.  Their plans are built with
+CUDNN_COMPAT_CUDNN_AUTOTUNE=``--small-autotune`` (4: mode A's first 4 engine configs and 4 more
+timed per convolution graph, where the N=32 rows time every config and its knob variants, again
+for every new shape: their networks take 17-21 s to build on the H100); ``autotune`` says what was
+in force (0, or the variable already set: the environment's).  The N=32 rows record
+``eager_over_captured`` too.
+
     python benchmarks/bench_programs.py [--quick] [--iters 5] [--reps 3] [--out DIR] [--no-host]
+                                        [--batches 32,1] [--small-iters 20] [--small-reps 3]
 
 writes ``<out>/bench_programs_<device>.json`` (default benchmarks/results) after every row.
 """
@@ -516,9 +536,9 @@ def ours_graph_ms(net, h, x, labels, p0: dict, it: dict) -> tuple:
         cc.cudnnSetStream(h, 0)
 
 
-def resnet_row(ex, h, args, dtype, layout) -> dict:
+def resnet_row(ex, h, args, dtype, layout, batch: int = 32) -> dict:
     import cupy
-    N, S, width = (4, 64, 0.25) if args.quick else (32, 224, 1.0)
+    N, S, width = (min(batch, 4), 64, 0.25) if args.quick else (batch, 224, 1.0)
     classes = 1000
     name = f"resnet50_step {dtype} {layout} N={N} {S}x{S}" + (f" width {width}" if width != 1 else "")
     row = {"name": name, "kind": "resnet50_step", "dtype": dtype, "layout": layout, "N": N, "size": S,
@@ -582,6 +602,7 @@ def resnet_row(ex, h, args, dtype, layout) -> dict:
         row["ours_graph_loss_rel_err_vs_ours"] = abs(loss - loss0) / abs(loss0)
         return ms
     _safe(row, "ours_graph_ms", ours_graph)
+    row["eager_over_captured"] = _ratio(row.get("ours_ms"), row.get("ours_graph_ms"))
     if args.profile:
         def ours_profile():
             stats = {}
@@ -663,6 +684,158 @@ def resnet_row(ex, h, args, dtype, layout) -> dict:
         _safe(row, "per_call_diff", diff)
     net.destroy()
     return row
+
+
+# -- small batches (issue 26 item 8): the step's host cost, eager against captured --------------------
+
+SMALL_BATCH = 4  # --batches values up to this get small_batch_row, larger ones resnet_row
+TARGET_EAGER_OVER_CAPTURED = 2.0  # issue 26 item 8: at N=1 our eager step within 2x our captured step
+AUTOTUNE_VAR = "CUDNN_COMPAT_CUDNN_AUTOTUNE"
+
+
+def _ratio(num, den) -> "float | None":
+    """num / den when both are positive numbers (two columns of a row), else None."""
+    if isinstance(num, (int, float)) and isinstance(den, (int, float)) and num > 0 and den > 0:
+        return num / den
+    return None
+
+
+@contextlib.contextmanager
+def autotune_limit(k: int):
+    """CUDNN_COMPAT_CUDNN_AUTOTUNE=k in the environment within the block (``k`` 0, or the variable
+    already set: unchanged); yields the value in force ("" when unset: every config is timed).  Read
+    when a plan is built only; the per-call paths do not look at it (no ``config.override``, which
+    would turn their fast paths off while the timed steps run)."""
+    before = os.environ.get(AUTOTUNE_VAR)
+    if k <= 0 or (before or "").strip():
+        yield before or ""
+        return
+    os.environ[AUTOTUNE_VAR] = str(int(k))
+    try:
+        yield os.environ[AUTOTUNE_VAR]
+    finally:
+        if before is None:
+            os.environ.pop(AUTOTUNE_VAR, None)
+        else:
+            os.environ[AUTOTUNE_VAR] = before
+
+
+def small_batch_row(ex, h, args, dtype, layout, N: int = 1) -> dict:
+    """The ResNet-50 step at a small batch (N=1): the host cost of a step, our eager step against
+    the same step captured into a CUDA graph (``ours_graph_ms``, as the N=32 rows capture it), with
+    torch eager and captured and the legacy replay beside them; ``eager_over_captured`` (ours eager
+    / ours captured) against the issue's target ``target_eager_over_captured``.  Checked: the loss
+    and the CHECKED_GRADS gradients of our first step against torch's from the same weights (no
+    float32 references, no fused column); --small-iters steps per repetition, --small-reps
+    repetitions; plans built under CUDNN_COMPAT_CUDNN_AUTOTUNE=--small-autotune (``autotune``)."""
+    S, width = (64, 0.25) if args.quick else (224, 1.0)
+    classes = 1000
+    name = f"resnet50_step {dtype} {layout} N={N} {S}x{S}" + (f" width {width}" if width != 1 else "")
+    row = {"name": name, "kind": "resnet50_step", "dtype": dtype, "layout": layout, "N": N, "size": S,
+           "width": width, "lr": LR, "iters": args.small_iters, "reps": args.small_reps,
+           "target_eager_over_captured": TARGET_EAGER_OVER_CAPTURED}
+    with autotune_limit(args.small_autotune) as tune:
+        row["autotune"] = tune or "every config"
+        t0 = time.time()
+        net = ex.build(h, N, S, S, dtype, layout, classes, width, seed=0)
+        row["build_s"] = time.time() - t0
+        try:
+            _small_batch_columns(row, net, h, args, dtype, layout, N, S, classes)
+        except Exception as e:  # noqa: BLE001 - the row keeps the columns it has
+            traceback.print_exc()
+            row["error"] = f"{type(e).__name__}: {e}"[:500]
+        finally:
+            net.destroy()
+    ratio = row["eager_over_captured"] = _ratio(row.get("ours_ms"), row.get("ours_graph_ms"))
+    row["eager_over_captured_ok"] = None if ratio is None else ratio <= TARGET_EAGER_OVER_CAPTURED
+    row["torch_eager_over_captured"] = _ratio(row.get("torch_ms"), row.get("torch_graph_ms"))
+    tr = row["torch_eager_over_captured"]
+    print(f"{name}: ours eager / captured " + (f"{ratio:.2f}" if ratio is not None else "-")
+          + f" (target <= {TARGET_EAGER_OVER_CAPTURED:g}); torch eager / captured "
+          + (f"{tr:.2f}" if tr is not None else "-"), flush=True)
+    return row
+
+
+def _small_batch_columns(row, net, h, args, dtype, layout, N, S, classes) -> None:
+    """``small_batch_row``'s columns and checks, written into ``row`` (the caller builds and destroys
+    ``net``)."""
+    rng = np.random.default_rng(1)
+    x_host = rng.standard_normal((N, 3, S, S))
+    labels_host = rng.integers(0, classes, N)
+    x, labels = net.input(x_host), net.net.xp.asarray(labels_host)
+    p0 = net.params()
+    if dtype == "float16":  # every side starts from the same fp16-representable weights and input
+        p0 = {k: v.astype(np.float16).astype(np.float32) for k, v in p0.items()}
+        x_host = x_host.astype(np.float16).astype(np.float64)
+        net.set_params(p0)
+    loss0 = net.step(x, labels, lr=0.0)  # from the initial weights, no update (plans built here)
+    g0 = {k: v for k, v in net.grads().items() if k in CHECKED_GRADS}
+    row["loss"] = loss0
+    it = dict(iters=args.small_iters, reps=args.small_reps, warm=3)
+
+    def torch_step():
+        import torch
+        import torch.nn.functional as F
+        m = torch_setup(p0, torch_resnet(net), dtype, layout)
+        xt = torch_input(x_host, dtype, layout)
+        yt = torch.from_numpy(labels_host).to(xt.device)
+        opt = torch.optim.SGD(m.parameters(), lr=LR)
+        loss = F.nll_loss(F.log_softmax(m(xt), 1), yt)  # torch's numbers from the same weights
+        loss.backward()
+        tl = float(loss.detach())
+        tg = {k: v.grad.float().cpu().numpy() for k, v in m.named_parameters() if k in CHECKED_GRADS}
+        errs = _errs(loss0, g0, tl, tg)
+        row["torch_loss"], row["rel_errs_vs_torch"] = tl, errs
+        row["max_rel_err_vs_torch"] = max(errs.values())
+        del loss
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            F.nll_loss(F.log_softmax(m(xt), 1), yt).backward()
+            opt.step()
+        ms = cuda_time(step, events="torch", **it)["ms"]
+        _safe(row, "torch_graph_ms", lambda: torch_graph_ms(m, opt, xt, yt, it))
+        del m, opt
+        torch.cuda.empty_cache()
+        return ms
+    _safe(row, "torch_ms", torch_step)
+
+    row["ours_ms"] = cuda_time(lambda: net.step(x, labels, lr=LR, sync=False), **it)["ms"]
+
+    def ours_graph():
+        ms, loss = ours_graph_ms(net, h, x, labels, p0, it)
+        row["ours_graph_loss_rel_err_vs_ours"] = abs(loss - loss0) / abs(loss0)
+        return ms
+    _safe(row, "ours_graph_ms", ours_graph)
+
+    def legacy():
+        net.set_params(p0)
+        calls = []
+        with recording(calls):
+            net.step(x, labels, lr=LR)
+        net.set_params(p0)
+        mode = legacy_bn_mode(layout)
+        prog = LegacyProgram(calls, mode)
+        row["legacy_bn_mode"] = "SPATIAL_PERSISTENT" if mode is not None else "SPATIAL"
+        try:
+            row["legacy_calls"] = len(prog.calls)
+            k = prog.index_after("cudnnSoftmaxForward")
+            box = {}
+
+            def step():
+                prog.run(0, k)
+                box["loss"] = net.nll(labels)  # the program's loss and -onehot/N, as ours computes them
+                prog.run(k)
+            step()
+            row["legacy_loss"] = float(box["loss"])
+            row["legacy_rel_err_vs_ours"] = abs(row["legacy_loss"] - loss0) / abs(loss0)
+            if prog.notes:
+                row["legacy_notes"] = prog.notes
+            return cuda_time(step, **it)["ms"]
+        finally:
+            prog.close()
+    if args.small_legacy:
+        _safe(row, "legacy_ms", legacy)
 
 
 # -- per-call differential: each recorded call on the legacy library and on ours, from the same inputs --
@@ -749,15 +922,46 @@ COLUMNS = ("ours_ms", "ours_fused_ms", "ours_graph_ms", "legacy_ms", "torch_ms",
 
 def table(rows) -> str:
     lines = [f"{'name (ms per step / block)':46s} {'ours':>9s} {'fused':>9s} {'graph':>9s} {'legacy':>9s} "
-             f"{'torch':>9s} {'t graph':>9s}  {'err vs torch':>12s}"]
+             f"{'torch':>9s} {'t graph':>9s}  {'err vs torch':>12s} {'ours/graph':>10s}"]
     for r in rows:
         err = r.get("max_rel_err_vs_torch")
         err = f"{err:12.2e}" if isinstance(err, float) else f"{'-':>12s}"
-        lines.append(f"{r['name']:46s} " + " ".join(fmt_ms(r.get(c)) for c in COLUMNS) + "  " + err)
+        ratio = r.get("eager_over_captured")
+        ratio = f"{ratio:10.2f}" if isinstance(ratio, float) else f"{'-':>10s}"
+        lines.append(f"{r['name']:46s} " + " ".join(fmt_ms(r.get(c)) for c in COLUMNS) + "  " + err + " " + ratio)
     return "\n".join(lines)
 
 
-def main(argv=None) -> dict:
+def batch_sizes(text: str) -> list:
+    """--batches: "32,1" -> [32, 1] (each a positive integer, in the order given)."""
+    out = []
+    for part in text.split(","):
+        if part.strip():
+            n = int(part)
+            if n < 1:
+                raise ValueError(f"batch size {n} is not positive")
+            out.append(n)
+    if not out:
+        raise ValueError("no batch size")
+    return out
+
+
+def plan_jobs(only, configs, batches) -> list:
+    """The rows in the order they run, as (row function, dtype, layout, its keyword arguments): the
+    block rows, then per batch size (``--batches``) the ResNet-50 step rows of every config."""
+    jobs = []
+    if only in (None, "block"):
+        jobs += [(block_row, d, l, {}) for d, l in configs]
+    if only in (None, "resnet"):
+        for n in batches:
+            if n <= SMALL_BATCH:
+                jobs += [(small_batch_row, d, l, {"N": n}) for d, l in configs]
+            else:
+                jobs += [(resnet_row, d, l, {"batch": n}) for d, l in configs]
+    return jobs
+
+
+def arg_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--iters", type=int, default=5, help="steps per timed repetition (x4 for the block)")
@@ -768,9 +972,31 @@ def main(argv=None) -> dict:
     ap.add_argument("--diff", action="store_true", help="ResNet rows: per-call ours vs legacy differential")
     ap.add_argument("--profile", action="store_true",
                     help="ResNet rows: per-function host/GPU time of ours and legacy, torch's top kernels")
+    ap.add_argument("--batches", default="32,1",
+                    help="ResNet-50 step rows' batch sizes, in order (default 32,1): above "
+                         f"{SMALL_BATCH} every column (--quick: at most 4), up to {SMALL_BATCH} the "
+                         "small-batch row (ours eager and captured, torch eager and captured, legacy); "
+                         "--batches 32 skips the N=1 rows")
+    ap.add_argument("--small-iters", type=int, default=20, help="small-batch rows: steps per timed repetition")
+    ap.add_argument("--small-reps", type=int, default=3, help="small-batch rows: timed repetitions")
+    ap.add_argument("--small-autotune", type=int, default=4,
+                    help="small-batch rows: CUDNN_COMPAT_CUDNN_AUTOTUNE while they run (engine configs timed "
+                         "per convolution graph: mode A's first N and N more; 0: as the environment says, "
+                         "unset: every config, as the N=32 rows)")
+    ap.add_argument("--no-small-legacy", dest="small_legacy", action="store_false",
+                    help="small-batch rows: skip the legacy column")
     ap.add_argument("--host-calls", type=int, default=10000)
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    return ap
+
+
+def main(argv=None) -> dict:
+    ap = arg_parser()
     args = ap.parse_args(argv)
+    try:
+        batches = batch_sizes(args.batches)
+    except ValueError as e:
+        ap.error(f"--batches {args.batches!r}: {e}")
 
     try:
         import torch
@@ -782,22 +1008,21 @@ def main(argv=None) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     ex = load_example()
     h = cc.cudnnCreate("gpu")
-    res = {"meta": meta(quick=args.quick, iters=args.iters, reps=args.reps, lr=LR,
+    res = {"meta": meta(quick=args.quick, iters=args.iters, reps=args.reps, lr=LR, batches=batches,
+                        small_iters=args.small_iters, small_reps=args.small_reps,
+                        small_autotune=args.small_autotune, small_legacy=args.small_legacy,
+                        target_eager_over_captured=TARGET_EAGER_OVER_CAPTURED,
                         math={"float32": "FMA (TF32 off in torch)", "float16": "TENSOR_OP"}), "rows": []}
     prefix = "bench_programs" + ("_quick" if args.quick else "")
     t0 = time.time()
     configs = [tuple(c.split(":")) for c in args.configs.split(",")] if args.configs else CONFIGS
-    jobs = []
-    if args.only in (None, "block"):
-        jobs += [(block_row, d, l) for d, l in configs]
-    if args.only in (None, "resnet"):
-        jobs += [(resnet_row, d, l) for d, l in configs]
-    for fn, dtype, layout in jobs:
+    for fn, dtype, layout, kw in plan_jobs(args.only, configs, batches):
         try:
-            row = fn(ex, h, args, dtype, layout)
+            row = fn(ex, h, args, dtype, layout, **kw)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
-            row = {"name": f"{fn.__name__} {dtype} {layout}", "error": f"{type(e).__name__}: {e}"[:500]}
+            row = {"name": f"{fn.__name__} {dtype} {layout}" + "".join(f" {k}={v}" for k, v in kw.items()),
+                   "error": f"{type(e).__name__}: {e}"[:500]}
         row["elapsed_s"] = time.time() - t0
         res["rows"].append(row)
         print(table([row]).splitlines()[-1], flush=True)
