@@ -406,7 +406,9 @@ def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc
     """002 §4.1.4; see the module docstring for the formulas.  The descriptor checks run once
     per combination of settings (``_core.memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
-    if arrays((x, y, bnScale, bnBias)):
+    all_four = arrays((x, y, bnScale, bnBias, resultSaveMean, resultSaveInvVariance, resultRunningMean,
+                       resultRunningVariance))  # the common call: one test for every buffer
+    if all_four or arrays((x, y, bnScale, bnBias)):
         h, ds, m = _train_site(sk, handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
     else:  # a NULL buffer: the general way says which
         h, ds, m = get_handle(handle), None, None
@@ -422,7 +424,7 @@ def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc
         return
     xd, yd, pd = ds
     dbl, single, keys = m
-    if arrays((resultSaveMean, resultSaveInvVariance, resultRunningMean, resultRunningVariance)):
+    if all_four:
         saved = running = True  # all four given: both pairs complete
     else:
         saved = _pair(resultSaveMean, resultSaveInvVariance, "resultSaveMean,resultSaveInvVariance")
@@ -595,7 +597,8 @@ def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaP
     """dx, dscale, dbias of the training forward (002 §4.1.2).  The descriptor checks run once
     per combination of settings (``_core.memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc)
-    if arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff)):
+    both = arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff, savedMean, savedInvVariance))
+    if both or arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff)):
         h, ds, m = _back_site(sk, handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc)
     else:  # a NULL buffer: the general way says which
         h, ds, m = get_handle(handle), None, None
@@ -610,7 +613,7 @@ def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaP
         return
     xd, dyd, dxd, pd = ds
     dbl, keys = m
-    saved = True if arrays((savedMean, savedInvVariance)) else _pair(savedMean, savedInvVariance, "savedMean,savedInvVariance")
+    saved = True if both else _pair(savedMean, savedInvVariance, "savedMean,savedInvVariance")
     eps = _check_eps(epsilon)
     ad, bd = scalar(alphaDataDiff, "alphaDataDiff", dbl), scalar(betaDataDiff, "betaDataDiff", dbl)
     ap, bp = scalar(alphaParamDiff, "alphaParamDiff", dbl), scalar(betaParamDiff, "betaParamDiff", dbl)
