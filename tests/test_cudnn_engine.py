@@ -1205,3 +1205,23 @@ def test_describe_and_knob_space_read_arrays_through_all_descriptors():
     for fn in (cfgsel.describe, cfgsel.knob_space):
         src = inspect.getsource(fn)
         assert "all_descriptors(" in src and ".count(" not in src, fn.__name__
+
+
+def test_cuda_graphs_stop_for_calls_that_never_come_back(fake_cudnn):
+    """Pointers (or scalars) new on every call: after 2 * GRAPHS such keys the plan executes directly,
+    with every graph it had made destroyed, and still computes every call."""
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
+    plan, executes, _ = fake_cudnn
+    rt = plan.rt
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # captured
+    made = [g for g in plan._cuda_graphs.values() if g > 0]
+    assert len(made) == 1
+    n = 2 * plan_mod.GRAPHS + 1
+    for k in range(n):
+        plan.execute(_pack(0x1000, 0x2000, 0x10000 * (k + 4)), None)
+    assert plan._cuda_graphs is None and made[0] in rt.destroyed_execs
+    before = len(executes)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # the old key: executed now, not replayed
+    assert len(executes) == before + 1
+    plan.release()

@@ -851,3 +851,20 @@ def test_gpu_record_launches_on_the_handle_stream(rng):
     ref = {k: v.copy() for k, v in bufs.items()}
     call(cc.cudnnCreate("cpu"), ref, 2.0, 0.0)
     np.testing.assert_allclose(cupy.asnumpy(dev["y"]), ref["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_record_whose_calls_never_repeat_stops_keying_graphs(emu, rng):
+    """A scalar new on every call (batch norm's 1/(1+n) factor does this): after 2 * GRAPHS keys seen
+    once the plan's calls launch the record's kernels without the graph table; numbers stay right."""
+    import host_emu
+    from cudnn_compat._backend.engines.cupy_engine import records
+    h = emu.handle()
+    ins, outs, call = case_act_fwd(rng)
+    st = _f32({**ins, **outs})
+    d = {k: host_emu.EmuArray(v) for k, v in st.items()}
+    for k in range(2 * records.FastPath.GRAPHS + 6):
+        alpha = 1.0 + k / 64
+        call(h, d, alpha, 0.0)
+        np.testing.assert_allclose(st["y"], alpha * np.maximum(st["x"], 0), rtol=1e-6)
+    path = cc._core.call.last_plan()._path
+    assert path.direct[0] and not path.graphs and emu.graph_launches == 0

@@ -105,7 +105,7 @@ class CudnnPlan(ExecutionPlan):
     __slots__ = ("spec", "device", "_graphs", "_keep", "_execute", "_subplans", "_base_key", "_plan_ptr", "_baked",
                  "_key_of", "_scalars", "_binding", "_uids", "_data_srcs", "_nptr", "_nbuf", "_scalar_at", "_same_at",
                  "_packs", "_pack_descs", "_ws", "_sub_owned", "sub_configs", "autotune", "_lock", "_cuda_graphs",
-                 "launch_order")
+                 "_unseen", "launch_order")
 
     def __init__(self, graph, config, spec, device: int, native_graph: NativeGraph, plan_desc, workspace: int,
                  keep: list, values: tuple):
@@ -158,6 +158,7 @@ class CudnnPlan(ExecutionPlan):
         # or -1 (not capturable); None: no graph replay for this plan (turned off).  A graph fixes the
         # by-value scalars' values as they were captured, so their values are part of its key.
         self._cuda_graphs = OrderedDict() if _graphs_enabled() else None
+        self._unseen = 0  # graph keys seen once since one came back (2 * GRAPHS of them: no more graphs)
 
     raw_pointers = True  # the legacy layer may bind device pointers as plain ints
 
@@ -243,6 +244,7 @@ class CudnnPlan(ExecutionPlan):
                     graphs.move_to_end(gkey)
                     _graphs.graphs().launch(g, sptr)
                     STATS["graph_launches"] += 1
+                    self._unseen = 0
                     return True
             vp = self._packs.get(pkey)
             if vp is None:
@@ -256,9 +258,16 @@ class CudnnPlan(ExecutionPlan):
                 g = graphs.get(gkey)
                 if g is None:
                     graphs[gkey] = 0
-                    while len(graphs) > GRAPHS:
+                    self._unseen += 1
+                    if self._unseen > 2 * GRAPHS:  # calls that never come back (a scalar changing per call)
+                        for old in graphs.values():
+                            self._drop_graph(old)
+                        graphs.clear()
+                        self._cuda_graphs = None  # execute directly from now on
+                    while graphs and len(graphs) > GRAPHS:
                         self._drop_graph(graphs.popitem(last=False)[1])
                 elif g != -1 and not _graphs.graphs().capturing(sptr):
+                    self._unseen = 0
                     if g == 0:
                         g = graphs[gkey] = self._capture(plan_ptr, vp)
                     if g > 0:

@@ -183,12 +183,15 @@ class FastPath:
     argument buffers and the graph table (a dropped graph is never launched after)."""
 
     GRAPHS = 16
+    UNSEEN = 2 * GRAPHS  # new graph keys in a row after which the plan's calls launch directly
 
     def __init__(self, layout: Layout, align_uids: tuple, spans: dict):
         self.layout, self.align, self.spans = layout, tuple(align_uids), spans
         self.records: dict = {}  # (stream, alignment outcome) -> (buf, launches, n)
         self.graphs: dict = {}  # (stream, variable values...) -> 0 (seen once), graphExec (> 0) or -1
         self.guards: set = set()
+        self.unseen = 0  # new graph keys since a key came back
+        self.direct = [False]  # True: no graph table (``note``)
         self.lock = threading.Lock()
         self._owned: dict = {}  # the Record objects (their buffers and kept temps)
         # the values ``launch`` takes, in order: every caller buffer's uid, then the patched scalars'
@@ -227,9 +230,17 @@ class FastPath:
                     pass
 
     def note(self, gk) -> None:
-        """First call with ``gk``: remember it (the next one is captured); lock held."""
+        """First call with ``gk``: remember it (the next one is captured); lock held.  A plan whose
+        calls never come back with the same values (a scalar that changes every call: batch norm's
+        cumulative average factor 1/(1+n)) stops consulting the table after ``UNSEEN`` new keys
+        in a row (``direct``): its launcher then launches the record's kernels."""
         graphs = self.graphs
         graphs[gk] = 0 if config.get("CUDNN_COMPAT_CUPY_GRAPHS") else -1  # -1: launch the record's kernels
+        self.unseen += 1
+        if self.unseen > self.UNSEEN:
+            self.direct[0] = True
+            self._drop_graphs(lambda k: True)
+            return
         if len(graphs) > self.GRAPHS:
             old = next(iter(graphs))
             self._drop_graphs(lambda k, o=old: k is o)
@@ -274,6 +285,7 @@ class FastPath:
         recs, pack, lk, lock, table = self.records, self.layout.pack, runtime.launcher(), self.lock, self.graphs
         cur, counter = runtime.current_stream_function(), runtime.LAUNCHES
         graphs_off = None if _GRAPHS_OFF is _ALWAYS_ON else _GRAPHS_OFF  # None: the graph table, always
+        direct = self.direct
         gr = _graphs.graphs()
         glaunch, capturing, note, capture = gr.launch_function(), gr.capturing, self.note, self.capture
 
@@ -295,7 +307,7 @@ class FastPath:
                 if values[i] < values[j] + sj and values[j] < values[i] + si:
                     return False
             v = values if select is None else select(values)
-            if graphs_off is not None and graphs_off():
+            if direct[0] or (graphs_off is not None and graphs_off()):
                 with lock:
                     try:
                         pack(rec[0], 0, *v)
@@ -310,6 +322,7 @@ class FastPath:
                 g = table.get(gk)
                 if g is not None and g > 0 and not (sptr and capturing(sptr)):
                     glaunch(g, sptr)
+                    self.unseen = 0
                 else:
                     buf, launches, _n = rec
                     try:
@@ -320,8 +333,10 @@ class FastPath:
                         lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)
                     if g is None:
                         note(gk)
-                    elif g == 0 and not (sptr and capturing(sptr)):
-                        capture(gk, launches)
+                    elif g == 0:
+                        self.unseen = 0  # a key came back
+                        if not (sptr and capturing(sptr)):
+                            capture(gk, launches)
             counter[0] += rec[2]
             return True
         return launch
