@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from cudnn_compat._backend.engines.cupy_engine import cublas, gemm, program, runtime
+from cudnn_compat._backend.engines import graphs
 
 DTYPE = {0: np.float32, 1: np.float64, 2: np.float16}  # cudaDataType_t
 SCALAR = {68: np.float32, 77: np.float32, 70: np.float64}  # the compute type's scalar type
@@ -120,9 +121,29 @@ class FakeCupy:
                 nodes, self.capturing = self.capturing, None
                 return types.SimpleNamespace(nodes=nodes, launch=lambda stream: fake.replay(nodes))
 
+        class ExternalStream(Stream):
+            def __init__(self, ptr):
+                self.ptr = ptr
+
         self.uint8 = np.uint8
         self.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0), Stream=Stream,
+                                          ExternalStream=ExternalStream,
                                           get_current_stream=lambda: types.SimpleNamespace(ptr=self.current))
+        self.graphs = {}  # graphExec -> the nodes captured
+
+    def runtime(self):
+        """cupy.cuda.runtime's capture and graph calls over these streams (for engines.graphs.Graphs)."""
+        fake = self
+
+        def end(ptr):
+            nodes, fake.streams[ptr].capturing = fake.streams[ptr].capturing, None
+            fake.graphs[len(fake.graphs) + 1] = nodes
+            return len(fake.graphs)
+        return types.SimpleNamespace(
+            streamBeginCapture=lambda ptr: setattr(fake.streams[ptr], "capturing", []), streamEndCapture=end,
+            graphInstantiate=lambda g: g, graphDestroy=lambda g: None, graphExecDestroy=lambda g: None,
+            graphLaunch=lambda exe, stream: fake.replay(fake.graphs[exe]),
+            streamIsCapturing=lambda ptr: ptr in fake.streams and fake.streams[ptr].capturing is not None)
 
     def replay(self, nodes):
         self.launches += 1
@@ -162,6 +183,8 @@ def fake(monkeypatch):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "cupy_backends.cuda.libs.cublas", _refusing_cupy_cublas(cp))
     monkeypatch.setattr(runtime, "cupy", lambda: cp)
+    cap = cp.cuda.Stream()  # the side stream captures run on (engines.graphs)
+    monkeypatch.setattr(graphs, "GRAPHS", [graphs.Graphs(runtime=cp.runtime(), stream=lambda device: cap.ptr)])
     monkeypatch.setattr(cublas.Cublas, "_by_device", {})
     monkeypatch.setattr(cublas.Cublas, "_lib", lib)
     lib.cp = cp
@@ -266,7 +289,7 @@ def test_the_second_run_is_captured_and_the_third_replays(fake, monkeypatch):
     for y, want in got:
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     (entry,) = run.cache.values()
-    assert entry.graph and len(entry.graph.nodes) == 2, "no CUDA graph was captured"
+    assert entry.graph > 0 and len(fake.cp.graphs[entry.graph]) == 2, "no CUDA graph was captured"
     assert fake.cp.launches == 2  # calls 2 (just captured) and 3 launched the graph
     cap = next(iter(fake.cp.streams))
     assert [e for e in fake.log if e[0] == "setStream"] == [("setStream", 7), ("setStream", cap)]
@@ -274,13 +297,13 @@ def test_the_second_run_is_captured_and_the_third_replays(fake, monkeypatch):
 
 def test_a_failed_capture_is_logged_and_the_run_stays_eager(fake, monkeypatch, caplog):
     fake.fail["gemm in capture"] = 14  # CUBLAS_STATUS_INTERNAL_ERROR
-    with caplog.at_level(logging.WARNING, logger="cudnn_compat.cupy_engine"):
+    with caplog.at_level(logging.WARNING, logger="cudnn_compat.graphs"):
         run, got = _run_three_times(monkeypatch, np.random.default_rng(6))
     for y, want in got:
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     (entry,) = run.cache.values()
-    assert entry.graph is False and fake.cp.launches == 0  # tried once, not again
-    (rec,) = [r for r in caplog.records if r.name == "cudnn_compat.cupy_engine"]
+    assert entry.graph == -1 and fake.cp.launches == 0  # tried once, not again
+    (rec,) = [r for r in caplog.records if r.name == "cudnn_compat.graphs"]
     assert rec.levelno == logging.WARNING
     assert ("the RNN_FORWARD program: CUDA graph capture failed (RuntimeError: cublasGemmStridedBatchedEx failed "
             "with cuBLAS status 14)") in rec.getMessage()

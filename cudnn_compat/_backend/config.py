@@ -167,8 +167,8 @@ VARIABLES = (
     Variable("CUDNN_COMPAT_SHIM", "off", shim_mode,
              "with `cudnn-compat install-shim`'s .pth: install the CuPy 13 cuDNN modules at start-up "
              "(stub: also without CuPy)", "1|0|stub"),
-    Variable("CUDNN_COMPAT_DUMP_KERNELS", None, path, "write every CUDA kernel the cupy engine compiles to this folder",
-             "folder"),
+    Variable("CUDNN_COMPAT_DUMP_KERNELS", None, path, "write every CUDA kernel the cupy engine compiles, and every "
+             "generated Python function (legacy wrappers, plan binders), to this folder", "folder"),
     Variable("CUDNN_COMPAT_RNN_GRAPHS", True, boolean, "cupy engine: replay RNN recurrences as CUDA graphs", "1|0"),
     Variable("CUDNN_COMPAT_CUPY_GRAPHS", True, boolean, "cupy engine: replay cached launch records as CUDA graphs "
              "(a repeated call on the same buffers: one graph launch instead of its kernels')", "1|0"),
