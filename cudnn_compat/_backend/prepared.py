@@ -16,6 +16,11 @@ A ``Prepared`` holds the plan of one call signature, its plan-cache key, and two
         when it cannot run the call from the cache (no record for this stream yet, a pack not made
         yet, a capture in progress...), having done nothing
 
+A plan whose engine has no launcher (``launch_order`` empty: the CPU place's engines, the cupy
+engine's plans with Python steps) is prepared too: ``bind`` then gives the variant pack's dict
+(the CPU place: strided NumPy views, every check of the general binding) and the call is
+``planner.execute`` (fallback on failure included), without the plan-cache lookup by key.
+
 ``prepared(tensors, scalars, stream, workspace, workspace_size)`` returns the plan that ran, or
 None when the general path must run the call (the caller then plans, binds and executes it
 through ``planner.execute``, which makes what the launcher lacked).  A call that ran counts as a
@@ -27,7 +32,7 @@ whose plan left the cache (``plan.retired``) is stale: the caller drops it.
 from __future__ import annotations
 
 from .plan_cache import CACHE
-from .planner import log
+from .planner import execute, log
 
 TOUCH_EVERY = 7
 
@@ -36,11 +41,12 @@ class Prepared:
     """A plan ready to run from the caller's buffers (see the module docstring).  ``owner``: what
     the caller finds it by (the legacy layer's key object); ``place``, ``device``: where it runs."""
 
-    __slots__ = ("plan", "key", "bind", "calls", "owner", "place", "device")
+    __slots__ = ("plan", "key", "bind", "calls", "owner", "place", "device", "via_execute")
 
     def __init__(self, plan, key, bind, owner=None, device=None):
         self.plan, self.key, self.bind, self.owner = plan, key, bind, owner
         self.place, self.device = plan.place, device
+        self.via_execute = not plan.launch_order  # no launcher: ``bind`` gives the variant pack's dict
         self.calls = 0
 
     def __call__(self, tensors: dict, scalars: dict, stream, workspace=None, workspace_size: int = 0):
@@ -48,12 +54,15 @@ class Prepared:
         if values is None:
             return None
         plan = self.plan
-        try:
-            if not plan.launch(values, stream, workspace, workspace_size):
+        if self.via_execute:  # a plan without a launcher: the variant pack's dict to planner.execute
+            plan = execute(plan, values, workspace, workspace_size, stream, self.key)
+        else:
+            try:
+                if not plan.launch(values, stream, workspace, workspace_size):
+                    return None
+            except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
+                log.warning("engine %s: cached launch failed (%s: %s); executing", plan.engine, type(e).__name__, e)
                 return None
-        except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
-            log.warning("engine %s: cached launch failed (%s: %s); executing", plan.engine, type(e).__name__, e)
-            return None
         CACHE.hit()
         self.calls += 1
         if not self.calls & TOUCH_EVERY:
@@ -65,9 +74,9 @@ class Prepared:
 
 
 def prepare(plan, key, bind, owner=None, device=None) -> "Prepared | None":
-    """The prepared call of ``plan`` (cached under ``key``) with the legacy layer's ``bind``;
-    None when the engine has no launcher for it (``launch_order`` empty) or ``plan`` is not the
-    cached plan of ``key`` (a forced engine, a fitted workspace plan: the general path runs)."""
-    if bind is None or not plan.launch_order or not CACHE.holds(key, plan):
+    """The prepared call of ``plan`` (cached under ``key``) with the legacy layer's ``bind``; None
+    when there is no binder or ``plan`` is not the cached plan of ``key`` (a forced engine, a fitted
+    workspace plan: the general path runs)."""
+    if bind is None or not CACHE.holds(key, plan):
         return None
     return Prepared(plan, key, bind, owner, device)

@@ -135,13 +135,16 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
                          _hooked)
     if HOOKS and not _hooked:
         return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
-    prep = _PREPARED.get(id(key))
+    prep = _PREPARED[handle.place].get(id(key))
     if prep is not None and prep.owner is key and prep.place == handle.place and prep.device == handle.device \
             and not prep.plan.retired and _DEFAULTS():
         ws = workspace
         if ws is not None and type(ws) not in WORKSPACE_TYPES:
             ws = _workspace_arg(handle.place, ws)  # rule: a library object is no buffer
-        if type(ws) is np.ndarray:
+        if prep.place == "cpu":
+            if type(ws) is int and ws:
+                _workspace_arg("cpu", ws)  # BAD_PARAM: on the CPU place a host pointer is a ctypes.c_void_p
+        elif type(ws) is np.ndarray:
             ws = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
         if workspace_arg is None or _given(ws, workspace_size) >= int(prep.plan.workspace_size):
             plan = prep(tensors, scalars, handle.stream, ws, workspace_size)
@@ -198,7 +201,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     plan = planner.execute(plan, data, workspace, workspace_size, handle.stream, key)
     if staged:
         copy_back(plan, tensors, staged)
-    elif place != "cpu" and key is full_key:  # no prepared call for a fitted plan
+    elif key is full_key:  # no prepared call for a fitted plan
         _remember(plan, orig_key, key, place, handle.device)
     _LAST.plan = plan  # for last_plan(): which engine ran (cudnn-compat demo, explain)
     return plan
@@ -208,7 +211,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
 # A family whose key tuple is the same object call after call (kept in its _memo entry) gets the
 # prepared call of its plan on its second general-path call with that object.  The key object is
 # held by the prepared call (``owner``), so its id cannot name another tuple while the entry lives.
-_PREPARED: dict = {}
+_PREPARED: dict = {"cpu": {}, "gpu": {}}  # per place (one key object serves both places' calls)
 PREPARED_MAX = 1024
 _SEEN: dict = {}  # id(key object) -> the key object of the last general-path call (first sightings)
 _DEFAULTS = planner.DEFAULTS_APPLY  # config.unset_fast: no forced engine, fallback on, no override
@@ -225,18 +228,37 @@ def _remember(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None
         return
     if not _DEFAULTS():
         return
-    prep = _prepared.prepare(plan, full_key, _fastbind.values(plan), key_obj, device)
+    bind = _fastbind.values(plan) if place != "cpu" else _host_binder(plan)
+    prep = _prepared.prepare(plan, full_key, bind, key_obj, device)
     if prep is None or prep.place != place:
         return
-    if len(_PREPARED) >= PREPARED_MAX:
-        _PREPARED.clear()
-    _PREPARED[id(key_obj)] = prep
+    table = _PREPARED.setdefault(place, {})
+    if len(table) >= PREPARED_MAX:
+        table.clear()
+    table[id(key_obj)] = prep
+
+
+def _host_binder(plan):
+    """The CPU place's binder of ``plan``'s prepared call: the general path's loop (a strided NumPy
+    view per tensor, every check of ``host_view``), giving the variant pack's dict."""
+    prog = _program(plan)
+
+    def bind(tensors, scalars):
+        data = {}
+        for uid, t, by_value, written, _need, _st, _acc in prog:
+            if by_value:
+                data[uid] = scalars[uid]
+                continue
+            buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
+            data[uid] = host_view(buf, t, argname, written)
+        return data
+    return bind
 
 
 def cached_plan(handle, key: tuple, build):
     """``plan_for``, or the plan of ``key``'s prepared call when it has a valid one (no hashing of
     the key; not counted as a plan-cache hit: the call that runs it next counts one)."""
-    prep = _PREPARED.get(id(key))
+    prep = _PREPARED[handle.place].get(id(key))
     if prep is not None and prep.owner is key and prep.place == handle.place and prep.device == handle.device \
             and not prep.plan.retired and _DEFAULTS():
         return prep.plan
@@ -245,7 +267,8 @@ def cached_plan(handle, key: tuple, build):
 
 def clear_prepared() -> None:
     """Forget every prepared call (tests)."""
-    _PREPARED.clear()
+    for table in _PREPARED.values():
+        table.clear()
     _SEEN.clear()
 
 
