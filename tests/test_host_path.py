@@ -269,7 +269,7 @@ def test_a_record_is_made_once_and_reused(emu, rng):
 def test_repeated_calls_replay_a_cuda_graph(emu, rng, monkeypatch):
     """The same buffers and scalars again: the second such call is captured into a graph, later ones
     replay it; the graph reads the buffers' current contents; two buffer sets get a graph each."""
-    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # the default, said
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default
     import host_emu
     h = emu.handle()
     ins, outs, call = case_act_fwd(rng)
@@ -292,7 +292,7 @@ def test_a_failed_capture_is_logged_and_the_kernels_launch(emu, rng, monkeypatch
     """A capture that raises: the key launches the record's kernels from then on (right numbers,
     no graph, no second try) and the exception is logged, not swallowed."""
     import logging
-    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # the default, said
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default
     from cudnn_compat._backend.engines.cupy_engine import runtime
     import host_emu
 
@@ -318,7 +318,7 @@ def test_a_failed_capture_is_logged_and_the_kernels_launch(emu, rng, monkeypatch
 
 
 def test_graph_table_is_bounded(emu, rng, monkeypatch):
-    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # the default, said
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")  # off by default
     from cudnn_compat._backend.engines.cupy_engine import records
     import host_emu
     h = emu.handle()
@@ -853,9 +853,10 @@ def test_gpu_record_launches_on_the_handle_stream(rng):
     np.testing.assert_allclose(cupy.asnumpy(dev["y"]), ref["y"], rtol=1e-5, atol=1e-6)
 
 
-def test_a_record_whose_calls_never_repeat_stops_keying_graphs(emu, rng):
+def test_a_record_whose_calls_never_repeat_stops_keying_graphs(emu, rng, monkeypatch):
     """A scalar new on every call (batch norm's 1/(1+n) factor does this): after 2 * GRAPHS keys seen
     once the plan's calls launch the record's kernels without the graph table; numbers stay right."""
+    monkeypatch.setenv("CUDNN_COMPAT_CUPY_GRAPHS", "1")
     import host_emu
     from cudnn_compat._backend.engines.cupy_engine import records
     h = emu.handle()
