@@ -15,7 +15,7 @@ change at run time: ``monkeypatch.setenv``) but parsed and validated once per di
 unchanged variable costs two dict lookups.  ``override(name, value)`` is a scoped stand-in for
 setting the variable (``cudnn-compat replay --engine``): ``get``, ``getter``, ``setting`` and
 ``unset_fast`` honour it, the environment is not touched.  ``unset_fast(*names)`` is the per-call
-test of the hot paths (planner, call lanes, launch records): True while none of the names is set
+test of the hot paths (planner, prepared calls, launch records): True while none of the names is set
 or overridden, so their defaults apply without a ``get``.  ``report()`` is what the doctor
 prints: every variable, its raw value, the value used and whether it was understood.
 ``reload()`` forgets the parsed values and the warnings given (tests).

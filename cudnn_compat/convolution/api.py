@@ -263,7 +263,7 @@ def _conv_site(dr, handle, descs, convDesc, algo):
     cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
     double = yd.dataType == D_DOUBLE
     keys = tuple(_call_key(dr, xd, wd, yd, cd, algo, bz)
-                 for bz in (False, True))  # one key object per signature: _call.run's lane finds it
+                 for bz in (False, True))  # one key object per signature: _call.run's prepared call finds it
     return h, xd, wd, yd, cd, double, keys
 
 
