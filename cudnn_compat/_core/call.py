@@ -9,6 +9,7 @@ the plan to the caller's buffer or scalar.  ``blend`` appends the output scaling
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -165,12 +166,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     if place == "cpu":
         if type(workspace) is int and workspace:
             _workspace_arg(place, workspace)  # BAD_PARAM: on the CPU place a host pointer is a ctypes.c_void_p
-        for uid, t, by_value, written, _need, _st, _acc in _program(plan):
-            if by_value:
-                data[uid] = scalars[uid]
-                continue
-            buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
-            data[uid] = host_view(buf, t, argname, written)
+        data = _host_data(_program(plan), tensors, scalars)
     else:
         # plans that take raw device pointers (the cudnn engine, launch records) skip building CuPy
         # views; a contiguous CuPy array big enough for the tensor is its pointer (device_pointer's fast path)
@@ -238,21 +234,22 @@ def _remember(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None
     table[id(key_obj)] = prep
 
 
-def _host_binder(plan):
-    """The CPU place's binder of ``plan``'s prepared call: the general path's loop (a strided NumPy
-    view per tensor, every check of ``host_view``), giving the variant pack's dict."""
-    prog = _program(plan)
+def _host_data(prog: tuple, tensors: dict, scalars: dict) -> dict:
+    """The CPU place's variant pack of a plan's binding program ``prog``: a strided NumPy view per
+    tensor (every check of ``host_view``), the scalars as given."""
+    data = {}
+    for uid, t, by_value, written, _need, _st, _acc in prog:
+        if by_value:
+            data[uid] = scalars[uid]
+            continue
+        buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
+        data[uid] = host_view(buf, t, argname, written)
+    return data
 
-    def bind(tensors, scalars):
-        data = {}
-        for uid, t, by_value, written, _need, _st, _acc in prog:
-            if by_value:
-                data[uid] = scalars[uid]
-                continue
-            buf, argname = tensors.get(uid) or tensors[uid - Y_PRIOR_OFFSET]
-            data[uid] = host_view(buf, t, argname, written)
-        return data
-    return bind
+
+def _host_binder(plan):
+    """The CPU place's binder of ``plan``'s prepared call: ``_host_data`` over its program."""
+    return functools.partial(_host_data, _program(plan))  # no Python frame of its own
 
 
 def cached_plan(handle, key: tuple, build):
