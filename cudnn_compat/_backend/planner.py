@@ -225,6 +225,17 @@ def _out_of_memory(e: BaseException) -> bool:
     return any(c.__name__ in ("OutOfMemoryError", "MemoryError") for c in type(e).__mro__)
 
 
+def launch(plan, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
+    """Run a call through the plan's launcher (``plan.launch``, values in ``plan.launch_order``):
+    True when it ran; False when it could not (nothing done), or raised (logged: the caller's
+    general path then decides, with fallback or ALLOC_FAILED)."""
+    try:
+        return plan.launch(values, stream, workspace, workspace_size)
+    except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
+        log.warning("engine %s: cached launch failed (%s: %s); executing", plan.engine, type(e).__name__, e)
+        return False
+
+
 def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=None, key=None):
     """Run ``plan``; when its engine fails at execute time (it declines, or raises), log it,
     evict the cached plan and rebuild on the next engine in heuristics order (003: fall back
@@ -236,12 +247,9 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
     timing or pinning (the launcher keeps what it uses alive, or holds the plan's lock against
     its release).  ``last_time`` is then the time of the plan's last general execute."""
     order = plan.launch_order
-    if order and plan.raw_pointers:
-        try:
-            if plan.launch(tuple([data[u] for u in order]), stream, workspace, workspace_size):
-                return plan
-        except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
-            log.warning("engine %s: cached launch failed (%s: %s); executing", plan.engine, type(e).__name__, e)
+    if order and plan.raw_pointers and launch(plan, tuple([data[u] for u in order]), stream, workspace,
+                                              workspace_size):
+        return plan
     pack = VariantPack(data, workspace, workspace_size)
     tried = []  # (engine, reason) of the engines that failed at execute
     while True:

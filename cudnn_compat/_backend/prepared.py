@@ -18,7 +18,8 @@ A ``Prepared`` holds the plan of one call signature, its plan-cache key, and two
 
 A plan whose engine has no launcher (``launch_order`` empty: the CPU place's engines, the cupy
 engine's plans with Python steps) is prepared too: ``bind`` then gives the variant pack's dict
-(the CPU place: strided NumPy views, every check of the general binding) and the call is
+(the CPU place: strided NumPy views, every check of the general binding; the GPU place, for
+plans that take raw pointers: the generated variant-pack binder's addresses) and the call is
 ``planner.execute`` (fallback on failure included), without the plan-cache lookup by key.
 
 ``prepared(tensors, scalars, stream, workspace, workspace_size)`` returns the plan that ran, or
@@ -32,7 +33,7 @@ whose plan left the cache (``plan.retired``) is stale: the caller drops it.
 from __future__ import annotations
 
 from .plan_cache import CACHE
-from .planner import execute, log
+from .planner import execute, launch
 
 TOUCH_EVERY = 7
 
@@ -56,13 +57,8 @@ class Prepared:
         plan = self.plan
         if self.via_execute:  # a plan without a launcher: the variant pack's dict to planner.execute
             plan = execute(plan, values, workspace, workspace_size, stream, self.key)
-        else:
-            try:
-                if not plan.launch(values, stream, workspace, workspace_size):
-                    return None
-            except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
-                log.warning("engine %s: cached launch failed (%s: %s); executing", plan.engine, type(e).__name__, e)
-                return None
+        elif not launch(plan, values, stream, workspace, workspace_size):
+            return None
         CACHE.hit()
         self.calls += 1
         if not self.calls & TOUCH_EVERY:

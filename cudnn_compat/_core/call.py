@@ -136,36 +136,25 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
                          _hooked)
     if HOOKS and not _hooked:
         return _intercepted(0, handle, key, build, tensors, scalars, workspace, workspace_size, workspace_arg)
-    prep = _PREPARED[handle.place].get(id(key))
-    if prep is not None and prep.owner is key and prep.place == handle.place and prep.device == handle.device \
+    place = handle.place
+    if workspace is not None:
+        workspace = _workspace(place, workspace)
+    prep = _PREPARED[place].get(id(key))
+    if prep is not None and prep.owner is key and prep.place == place and prep.device == handle.device \
             and not prep.plan.retired and _DEFAULTS():
-        ws = workspace
-        if ws is not None and type(ws) not in WORKSPACE_TYPES:
-            ws = _workspace_arg(handle.place, ws)  # rule: a library object is no buffer
-        if prep.place == "cpu":
-            if type(ws) is int and ws:
-                _workspace_arg("cpu", ws)  # BAD_PARAM: on the CPU place a host pointer is a ctypes.c_void_p
-        elif type(ws) is np.ndarray:
-            ws = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
-        if workspace_arg is None or _given(ws, workspace_size) >= int(prep.plan.workspace_size):
-            plan = prep(tensors, scalars, handle.stream, ws, workspace_size)
+        if workspace_arg is None or _given(workspace, workspace_size) >= int(prep.plan.workspace_size):
+            plan = prep(tensors, scalars, handle.stream, _engine_workspace(place, workspace), workspace_size)
             if plan is not None:
                 _LAST.plan = plan
                 return plan
-    place = handle.place
     orig_key, key = key, (place, handle.device) + key
     full_key = key
     plan = planner.get_plan(key, build, place)
-    if workspace is not None and type(workspace) not in WORKSPACE_TYPES:
-        workspace = _workspace_arg(place, workspace)  # rule: a library object or a CPU-place int is no buffer
     if workspace_arg is not None:
         plan, key = fit_workspace(handle, plan, key, build, workspace, workspace_size, workspace_arg)
-    if type(workspace) is np.ndarray and place != "cpu":
-        workspace = None  # a host workspace on a GPU handle: the engine uses device scratch of its own
+    workspace = _engine_workspace(place, workspace)
     data, staged = {}, None
     if place == "cpu":
-        if type(workspace) is int and workspace:
-            _workspace_arg(place, workspace)  # BAD_PARAM: on the CPU place a host pointer is a ctypes.c_void_p
         data = _host_data(_program(plan), tensors, scalars)
     else:
         # plans that take raw device pointers (the cudnn engine, launch records) skip building CuPy
@@ -203,6 +192,23 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     return plan
 
 
+def _workspace(place: str, workspace):
+    """A call's workspace argument after its rules: a library object or anything else that is no
+    buffer is BAD_PARAM (``workspace_arg``), and so is a nonzero int on the CPU place (a host
+    pointer is a ctypes.c_void_p there); NULL stays as given."""
+    if type(workspace) not in WORKSPACE_TYPES:
+        return _workspace_arg(place, workspace)
+    if place == "cpu" and type(workspace) is int and workspace:
+        _workspace_arg(place, workspace)  # raises
+    return workspace
+
+
+def _engine_workspace(place: str, workspace):
+    """The workspace an engine gets: a host array on a GPU handle is none (the engine uses
+    device scratch of its own); its size still counts as given (``fit_workspace``)."""
+    return None if type(workspace) is np.ndarray and place != "cpu" else workspace
+
+
 # -- prepared calls by key object: id(key object) -> Prepared (owner: that object) -------------------
 # A family whose key tuple is the same object call after call (kept in its _memo entry) gets the
 # prepared call of its plan on its second general-path call with that object.  The key object is
@@ -224,7 +230,12 @@ def _remember(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None
         return
     if not _DEFAULTS():
         return
-    bind = _fastbind.values(plan) if place != "cpu" else _host_binder(plan)
+    if place == "cpu":
+        bind = _host_binder(plan)
+    elif plan.launch_order:
+        bind = _fastbind.values(plan)
+    else:  # no launcher: the generated variant-pack binder (raw-pointer plans), the dict to planner.execute
+        bind = _fastbind.binder(plan) if plan.raw_pointers else None
     prep = _prepared.prepare(plan, full_key, bind, key_obj, device)
     if prep is None or prep.place != place:
         return

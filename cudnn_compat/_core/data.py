@@ -451,7 +451,7 @@ def _device_checked(data, name: "str | None", need: int, argname: str, written: 
     return data if (owner is not None and name is not None) else ptr
 
 
-def preflight(handle, items) -> list:
+def preflight(handle, items, pointers: bool = False) -> list:
     """Check every buffer of a call before any graph of it runs, so that a rejected call writes
     nothing (issue 13 item 5).  ``items``: (data, spec, argname, written) where ``spec`` is an IR
     tensor, or (IR dtype name, bytes needed) with a None dtype for untyped buffers (workspace,

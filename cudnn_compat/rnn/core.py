@@ -752,19 +752,31 @@ def written_buffers(bounds) -> set:
     return out
 
 
-def run(handle, call: Call, kind: str, buffers: dict, values: dict, specs: "dict | None" = None) -> None:
-    """Build (or fetch) every graph of the call first, then check every buffer (``specs``: name ->
-    (argname, (dtype or None, bytes)); written = bound to an output of some graph) with
-    ``_core.data.preflight``, then run the graphs in order: a rejected call writes nothing."""
+def prepare_stages(call: Call, kind: str) -> tuple:
+    """(((plan-cache key, bound graph), ...) of every stage of ``kind``, names of the caller's
+    buffers some stage writes): every graph built (or fetched) before anything runs.  The key
+    tuples are made here once; a caller that keeps the result (rnn/v8.py's call sites) passes the
+    same key objects call after call, so each stage finds its prepared call (``_core.call.run``)."""
     prepared = []
     for stage, fn, arg in stages(call, kind):
         key = call.key(stage)
         prepared.append((key, bg.prepare(key, (lambda fn=fn, arg=arg: _stamped(
             fn(call, arg) if arg is not None else fn(call), call.cfg)))))
+    return tuple(prepared), written_buffers(bound for _, bound in prepared)
+
+
+def run(handle, call: Call, kind: str, buffers: dict, values: dict, specs: "dict | None" = None,
+        staged: "tuple | None" = None) -> None:
+    """Build (or fetch) every graph of the call first (``staged``: ``prepare_stages``' result, kept
+    by the caller), then check every buffer (``specs``: name -> (argname, (dtype or None, bytes));
+    written = bound to an output of some graph) with ``_core.data.preflight``, then run the graphs
+    in order: a rejected call writes nothing.  On the GPU place a checked CuPy array is bound by
+    its address (the stages' tensors are byte offsets into the caller's buffers: an int sum, no
+    view per tensor)."""
+    prepared, written = staged or prepare_stages(call, kind)
     if specs is not None:
-        written = written_buffers(bound for _, bound in prepared)
         names = list(buffers)
         buffers = dict(zip(names, preflight(handle, [(buffers[n], specs[n][1], specs[n][0], n in written)
-                                                     for n in names])))
+                                                     for n in names], pointers=True)))
     for key, bound in prepared:
         bg.execute(handle, key, bound, buffers, values)

@@ -14,12 +14,13 @@ from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import packed_strides
 from .._core import bound_graph as bg
 from .._core.data import unread
+from .._core.memo import Memo, call_site
 from .._core.registry import legacy
 from ..dropout import require_states
 from ..enums import ENUMS
 from ..errors import check, not_supported
 from ..handle import get_handle
-from .core import LAYOUTS, Call, Geometry, config_of, run, spaces, weight_space_size
+from .core import LAYOUTS, Call, Geometry, config_of, prepare_stages, run, spaces, weight_space_size
 from .desc import E, PADDED_IO, PERSIST, check_call_types, rnn_data_desc, rnn_desc
 from ..tensor import tensor_desc
 
@@ -101,10 +102,10 @@ def values(d) -> dict:
     return {"zero": 0.0, "fill": 0.0, "lclip": d.lclip, "rclip": d.rclip, "scale": dd.scale if dd is not None else 1.0}
 
 
-def buffer_specs(cfg, geo, bufs: dict, sp, training: bool) -> dict:
-    """name -> (argname, (dtype or None, bytes needed)) of every buffer of the call: the data,
+def buffer_specs(cfg, geo, sp) -> dict:
+    """name -> (argname, (dtype or None, bytes needed)) of every buffer of a call: the data,
     state and weight buffers hold the RNN's data type; workspace, reserve space and dropout
-    states are untyped.  NULL workspace (or reserve space in training) is BAD_PARAM."""
+    states are untyped."""
     from ..dropout import STATES_SIZE
     isz = dtypes.itemsize(cfg.dtype)
     V = cfg.D * cfg.Hout
@@ -119,30 +120,55 @@ def buffer_specs(cfg, geo, bufs: dict, sp, training: bool) -> dict:
     specs["ws"] = ("workSpace", (None, sp.ws_size))
     specs["rs"] = ("reserveSpace", (None, sp.rs_size))
     specs["states"] = ("rnnDesc.dropoutDesc.states", (None, STATES_SIZE))
-    check(not bg.is_null(bufs.get("ws")), "workSpace", "is NULL")
-    if training:
-        check(not bg.is_null(bufs.get("rs")), "reserveSpace", "is NULL")
     return specs
+
+
+STATE_NAMES = frozenset(("hx", "cx", "hy", "cy", "dhy", "dcy", "dhx", "dcx"))
+
+
+class Dispatch:
+    """What a call of ``kind`` fixes once its descriptors and the set of buffers it was given are
+    known (built once per call site, rnn/v8.py ``_fwd_site``, or per call): the ``Call``, the
+    buffer specs, the scalar values, the dropout probability in effect, the stages (keys and
+    graphs, ``core.prepare_stages``, made on first use)."""
+
+    __slots__ = ("call", "kind", "specs", "vals", "p", "staged")
+
+    def __init__(self, d, cfg, geo, kind: str, training: bool, given, fill=None, argnames=None):
+        self.specs = buffer_specs(cfg, geo, spaces(cfg, geo))
+        for k, name in (argnames or {}).items():
+            self.specs[k] = (name, self.specs[k][1])
+        self.p = dropout_in_effect(d, cfg, training)
+        present = frozenset(k for k in given if k in STATE_NAMES and ("c" not in k or cfg.mode == "LSTM"))
+        self.call = Call(cfg, geo, training, present, self.p, fill is not None and kind == "forward")
+        self.kind = kind
+        self.vals = values(d)
+        if fill is not None:
+            self.vals["fill"] = fill
+        self.staged = None
+
+    def run(self, handle, d, bufs: dict) -> None:
+        if self.p > 0:
+            bufs["states"] = d.dropoutDesc.states
+        staged = self.staged
+        if staged is None:
+            staged = self.staged = prepare_stages(self.call, self.kind)
+        run(handle, self.call, self.kind, bufs, self.vals, self.specs, staged)  # every buffer checked first
+
+
+def check_spaces_given(bufs: dict, training: bool) -> None:
+    """NULL workspace (or reserve space in training) is BAD_PARAM."""
+    check(bufs.get("ws") is not None, "workSpace", "is NULL")
+    if training:
+        check(bufs.get("rs") is not None, "reserveSpace", "is NULL")
 
 
 def dispatch(handle, d, cfg, geo, kind: str, training: bool, bufs: dict, fill=None, argnames=None) -> None:
     """Run ``kind`` (forward / backward_data / backward_weights) on the checked arguments;
     ``argnames``: buffer -> the caller's parameter name where it is not the v8 one (legacy w, dw)."""
     bufs = {k: v for k, v in bufs.items() if not bg.is_null(v)}
-    sp = spaces(cfg, geo)
-    specs = buffer_specs(cfg, geo, bufs, sp, training)
-    for k, name in (argnames or {}).items():
-        specs[k] = (name, specs[k][1])
-    p = dropout_in_effect(d, cfg, training)
-    if p > 0:
-        bufs["states"] = d.dropoutDesc.states
-    present = frozenset(k for k in bufs if k in ("hx", "cx", "hy", "cy", "dhy", "dcy", "dhx", "dcx")
-                        and ("c" not in k or cfg.mode == "LSTM"))
-    call = Call(cfg, geo, training, present, p, fill is not None and kind == "forward")
-    vals = values(d)
-    if fill is not None:
-        vals["fill"] = fill
-    run(handle, call, kind, bufs, vals, specs)  # every buffer is checked before the first graph runs
+    check_spaces_given(bufs, training)
+    Dispatch(d, cfg, geo, kind, training, bufs, fill, argnames).run(handle, d, bufs)
 
 
 # -- v8 calls ------------------------------------------------------------------------------------
@@ -178,26 +204,51 @@ def getRNNTempSpaceSizes(handle, rnnDesc, fMode, xDesc) -> tuple:
 def RNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy,
                weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace) -> None:
     """v8 RNN forward, inference or training (fwdMode), over RNN data descriptors (002 §7.2.36)."""
+    # the descriptor checks and everything they fix (config, geometry, sizes, the stages' graphs) are
+    # worked out once per call site (``_fwd_site``); every call checks its data
+    bufs = {"x": x, "y": y, "hx": hx, "hy": hy, "cx": cx, "cy": cy, "w": weightSpace, "ws": workSpace,
+            "rs": reserveSpace}
+    given = tuple(k for k, v in bufs.items() if not bg.is_null(v))
+    sk = (handle, rnnDesc, fwdMode, xDesc, yDesc, hDesc, cDesc, given)
+    h, d, cfg, geo, training, (need_w, sp), parts = _fwd_site(sk, handle, rnnDesc, fwdMode, devSeqLengths, xDesc,
+                                                             yDesc, hDesc, cDesc, given)
+    check(not bg.is_null(devSeqLengths), "devSeqLengths", "is NULL (a device copy of seqLengthArray is required)")
+    unread(h, devSeqLengths, "devSeqLengths")  # the lengths come from xDesc; still a buffer
+    check("x" in given, "x", "is NULL")
+    check("y" in given, "y", "is NULL")
+    check(int(weightSpaceSize) >= need_w, "weightSpaceSize", f"{weightSpaceSize} is less than the weight space size {need_w}")
+    check(int(workSpaceSize) >= sp.ws_size, "workSpaceSize", f"{workSpaceSize} is less than the {sp.ws_size} bytes needed")
+    if training:
+        check(int(reserveSpaceSize) >= sp.rs_size, "reserveSpaceSize",
+              f"{reserveSpaceSize} is less than the {sp.rs_size} bytes training needs")
+    names, fill, disp = parts
+    used = {k: bufs[k] for k in given if k in names}
+    check_spaces_given(used, training)
+    if not disp:  # first call of the site (after the checks above, as the general order has them)
+        disp.append(Dispatch(d, cfg, geo, "forward", training, used, fill))
+    disp[0].run(h, d, used)
+
+
+@call_site(Memo("RNNForward sites"))
+def _fwd_site(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, yDesc, hDesc, cDesc, given):
+    """RNNForward's descriptor checks, in the call's order (the data checks that come between them
+    on a first call included), and what they fix: (handle, rnn descriptor, config, geometry,
+    training, (weight space size, spaces), (names of the buffers it binds, paddingFill or None, [its
+    Dispatch once made]))."""
     h = get_handle(handle)
     d = rnn_for_call(rnnDesc)
     check(fwdMode in (FWD_INFERENCE, FWD_TRAINING), "fwdMode", f"{fwdMode!r} is not a cudnnForwardMode_t")
     training = fwdMode == FWD_TRAINING
     check(not bg.is_null(devSeqLengths), "devSeqLengths", "is NULL (a device copy of seqLengthArray is required)")
-    unread(h, devSeqLengths, "devSeqLengths")  # the lengths come from xDesc; still a buffer
+    unread(h, devSeqLengths, "devSeqLengths")
     cfg, geo, xd, yd = data_pair(d, xDesc, yDesc)
-    check_state_desc(hDesc, "hDesc", cfg, geo.B, cfg.Hout, not (bg.is_null(hx) and bg.is_null(hy)))
+    check_state_desc(hDesc, "hDesc", cfg, geo.B, cfg.Hout, "hx" in given or "hy" in given)
     lstm = cfg.mode == "LSTM"
     if lstm:
-        check_state_desc(cDesc, "cDesc", cfg, geo.B, cfg.H, not (bg.is_null(cx) and bg.is_null(cy)))
-    check(not bg.is_null(x), "x", "is NULL")
-    check(not bg.is_null(y), "y", "is NULL")
-    check_sizes(cfg, geo, training, weightSpaceSize, workSpaceSize, reserveSpaceSize)
-    bufs = {"x": x, "y": y, "hx": hx, "hy": hy, "w": weightSpace, "ws": workSpace}
-    if lstm:
-        bufs.update(cx=cx, cy=cy)
-    if training:
-        bufs["rs"] = reserveSpace
-    dispatch(h, d, cfg, geo, "forward", training, bufs, yd.paddingFill if geo.padded else None)
+        check_state_desc(cDesc, "cDesc", cfg, geo.B, cfg.H, "cx" in given or "cy" in given)
+    names = {"x", "y", "hx", "hy", "w", "ws"} | ({"cx", "cy"} if lstm else set()) | ({"rs"} if training else set())
+    parts = (frozenset(names), yd.paddingFill if geo.padded else None, [])
+    return h, d, cfg, geo, training, (weight_space_size(cfg), spaces(cfg, geo)), parts
 
 
 @legacy("cudnnRNNBackwardData_v8", cupy="RNNBackwardData_v8")

@@ -237,12 +237,13 @@ class CudnnPlan(ExecutionPlan):
             if self._released:
                 return False
             graphs = self._cuda_graphs
+            gr = _graphs.graphs() if graphs is not None else None
             if graphs:  # a graph of this (plan, pack, stream): launch it (its pack was made, and checked, before)
                 gkey = (key, pkey, sptr, svals)
                 g = graphs.get(gkey)
-                if g is not None and g > 0 and not _graphs.graphs().capturing(sptr):
+                if g is not None and g > 0 and not gr.capturing(sptr):
                     graphs.move_to_end(gkey)
-                    _graphs.graphs().launch(g, sptr)
+                    gr.launch(g, sptr)
                     STATS["graph_launches"] += 1
                     self._unseen = 0
                     return True
@@ -266,13 +267,13 @@ class CudnnPlan(ExecutionPlan):
                         self._cuda_graphs = None  # execute directly from now on
                     while graphs and len(graphs) > GRAPHS:
                         self._drop_graph(graphs.popitem(last=False)[1])
-                elif g != -1 and not _graphs.graphs().capturing(sptr):
+                elif g != -1 and not gr.capturing(sptr):
                     self._unseen = 0
                     if g == 0:
                         g = graphs[gkey] = self._capture(plan_ptr, vp)
                     if g > 0:
                         graphs.move_to_end(gkey)
-                        _graphs.graphs().launch(g, sptr)
+                        gr.launch(g, sptr)
                         STATS["graph_launches"] += 1
                         return True
             h = _HANDLES.get(self.device)

@@ -18,7 +18,7 @@ import functools
 from ..base import REGISTRY, Engine, EngineConfig, ExecutionPlan
 from . import codegen, records, runtime
 from .grouping import HeavyStep, partition
-from .steps import group_run
+from .steps import PyRun, group_run
 
 # heavy op kind -> module with supports(op) -> reason | None and build(step) -> [runs]
 IMPLS: dict = {}
@@ -39,9 +39,12 @@ class CupyPlan(ExecutionPlan):
     ``launch`` (``records.FastPath.launcher``, a prepared call's launcher) replays it for later
     calls: patch the argument slots, launch.  Such plans take raw device pointers
     (``raw_pointers``: the legacy layer binds a caller's buffer as its address after the same
-    checks)."""
+    checks).  So do plans of Python steps only (``steps.PyRun``: cuBLAS GEMMs, RNN programs): their
+    execute makes the arrays the steps take, or none where every step takes addresses
+    (``PyRun.pointers``: an RNN program), and the legacy layer's binding makes no view per
+    tensor."""
 
-    __slots__ = ("runs", "_ext", "_path", "raw_pointers", "launch", "launch_order")
+    __slots__ = ("runs", "_ext", "_path", "raw_pointers", "launch", "launch_order", "_views")
 
     def __init__(self, graph, config, runs):
         super().__init__(graph, config, workspace_size=0)
@@ -60,7 +63,9 @@ class CupyPlan(ExecutionPlan):
                 align = tuple(sorted({u for spec in kernels for u in (getattr(spec, "aligned", ()) or ())
                                       if u in self._ext}))
                 self._path = records.FastPath(layout, align, {u: _span_bytes(t) for u, t in self._ext.items()})
-        self.raw_pointers = self._path is not None
+        py_steps = bool(runs) and all(type(r) is PyRun for r in runs)
+        self.raw_pointers = self._path is not None or py_steps
+        self._views = not (py_steps and all(r.pointers for r in runs))  # False: ints reach the steps as they are
         self.launch_order = self._path.order if self._path is not None else ()
 
     @property
@@ -74,7 +79,7 @@ class CupyPlan(ExecutionPlan):
     def execute(self, pack, stream=None):
         data = pack.data
         env = dict(data)
-        if self.raw_pointers:
+        if self.raw_pointers and self._views:
             for u, t in self._ext.items():
                 v = env.get(u)
                 if type(v) is int:

@@ -71,6 +71,7 @@ class ProgramRun:
         self.cache: "collections.OrderedDict" = collections.OrderedDict()
         self.consts: dict = {}
         self.lock = threading.Lock()
+        self._roles = None  # ((role, uid) of the buffers, sorted), ((role, uid) of the by-value scalars)
 
     def kernels(self) -> list:
         return self.prog.kernels()
@@ -117,22 +118,30 @@ class ProgramRun:
                     runtime.LAUNCHES[0] += 1
 
     def run(self, env, ctx) -> None:
-        cp = runtime.cupy()
-        stream = cp.cuda.get_current_stream()
-        if not self.consts:
-            self.consts = {k: cp.asarray(v) for k, v in self.prog.consts.items()}
-        ptrs = {role: runtime.pointer(env[uid]) for role, uid in self.uids.items()
-                if not self.prog.roles[role].is_by_value}
-        scalars = {role: float(env[self.uids[role]]) for role in self.prog.scalars}
-        key = (int(stream.ptr), tuple(sorted(ptrs.items())), tuple(sorted(scalars.items())))
+        """One call: the entry of (stream, buffer addresses, scalar values), made on a miss (steps
+        resolved, scratch allocated); eager the first time, then captured and replayed."""
+        sptr = runtime.stream_ptr(None)  # the plan's execute runs this on the call's stream
+        roles = self._roles
+        if roles is None:
+            roles = self._roles = (tuple(sorted((r, u) for r, u in self.uids.items()
+                                                if not self.prog.roles[r].is_by_value)),
+                                   tuple((r, self.uids[r]) for r in sorted(self.prog.scalars)))
+        ptr = runtime.pointer
+        addrs = tuple([ptr(env[u]) for _r, u in roles[0]])
+        svals = tuple([float(env[u]) for _r, u in roles[1]])
+        key = (sptr, addrs, svals)
         with self.lock:
             entry = self.cache.get(key)
             if entry is not None:
                 self.cache.move_to_end(key)
         if entry is None:
+            cp = runtime.cupy()
+            if not self.consts:
+                self.consts = {k: cp.asarray(v) for k, v in self.prog.consts.items()}
             scratch = {k: cp.empty(n, dtype=np.dtype(_np_dtype(self.prog.buffers[k])))
                        for k, n in self.prog.scratch.items()}
-            steps, blas = self._resolve(ptrs, scalars, scratch)
+            steps, blas = self._resolve(dict(zip([r for r, _u in roles[0]], addrs)),
+                                        dict(zip([r for r, _u in roles[1]], svals)), scratch)
             entry = _Entry((steps, blas), scratch)
             with self.lock:
                 self.cache[key] = entry
@@ -141,12 +150,13 @@ class ProgramRun:
         steps, blas = entry.steps
         entry.uses += 1
         gr = _graphs.graphs()
-        if entry.graph is None and entry.uses >= 2 and _graphs_enabled() and not gr.capturing(int(stream.ptr)):
+        capturing = gr.capturing(sptr)
+        if entry.graph is None and entry.uses >= 2 and not capturing and _graphs_enabled():
             entry.graph = self._capture(steps, blas, gr)
-        if entry.graph and entry.graph > 0 and not gr.capturing(int(stream.ptr)):
-            gr.launch(entry.graph, int(stream.ptr))
+        if entry.graph and entry.graph > 0 and not capturing:
+            gr.launch(entry.graph, sptr)
         else:
-            self._execute(steps, blas, int(stream.ptr))
+            self._execute(steps, blas, sptr)
 
     def _capture(self, steps, blas, gr) -> int:
         """The graphExec of the step loop (``engines.graphs``); -1 when it cannot be captured."""

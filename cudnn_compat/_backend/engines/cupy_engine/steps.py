@@ -45,6 +45,7 @@ class KernelRun:
 class PyRun:
     fn: object  # fn(env, ctx)
     sources: list = field(default_factory=list)  # KernelSpecs it may launch (for kernel_sources)
+    pointers: bool = False  # fn takes the op's external tensors as device addresses (ints) too
 
     def kernels(self) -> list:
         return list(self.sources)
