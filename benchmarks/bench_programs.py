@@ -536,6 +536,37 @@ def ours_graph_ms(net, h, x, labels, p0: dict, it: dict) -> tuple:
         cc.cudnnSetStream(h, 0)
 
 
+def legacy_step(net, x, labels, layout, p0: dict, loss0: float, row: dict) -> tuple:
+    """The real legacy library's step: the calls of one of our steps recorded and replayed through
+    libcudnn (``LegacyProgram``), the loss computed between forward and backward as ours computes
+    it; the program's BN mode, call count, loss and its error against ours go in ``row``.  Returns
+    (program, step function, index after the softmax); the caller closes the program."""
+    net.set_params(p0)
+    calls = []
+    with recording(calls):
+        net.step(x, labels, lr=LR)
+    net.set_params(p0)
+    mode = legacy_bn_mode(layout)
+    prog = LegacyProgram(calls, mode)
+    row["legacy_bn_mode"] = "SPATIAL_PERSISTENT" if mode is not None else "SPATIAL"
+    try:
+        row["legacy_calls"] = len(prog.calls)
+        k = prog.index_after("cudnnSoftmaxForward")
+        box = {}
+
+        def step():
+            prog.run(0, k)
+            box["loss"] = net.nll(labels)  # the program's loss and -onehot/N, as ours computes them
+            prog.run(k)
+        step()
+        row["legacy_loss"] = float(box["loss"])
+        row["legacy_rel_err_vs_ours"] = abs(row["legacy_loss"] - loss0) / abs(loss0)
+    except BaseException:
+        prog.close()
+        raise
+    return prog, step, k
+
+
 def resnet_row(ex, h, args, dtype, layout, batch: int = 32) -> dict:
     import cupy
     N, S, width = (min(batch, 4), 64, 0.25) if args.quick else (batch, 224, 1.0)
@@ -628,26 +659,8 @@ def resnet_row(ex, h, args, dtype, layout, batch: int = 32) -> dict:
     _safe(row, "ours_fused_ms", fused)
 
     def legacy():
-        net.set_params(p0)
-        calls = []
-        with recording(calls):
-            net.step(x, labels, lr=LR)
-        net.set_params(p0)
-        mode = legacy_bn_mode(layout)
-        prog = LegacyProgram(calls, mode)
-        row["legacy_bn_mode"] = "SPATIAL_PERSISTENT" if mode is not None else "SPATIAL"
+        prog, step, k = legacy_step(net, x, labels, layout, p0, loss0, row)
         try:
-            row["legacy_calls"] = len(prog.calls)
-            k = prog.index_after("cudnnSoftmaxForward")
-            box = {}
-
-            def step():
-                prog.run(0, k)
-                box["loss"] = net.nll(labels)  # the program's loss and -onehot/N, as ours computes them
-                prog.run(k)
-            step()
-            row["legacy_loss"] = float(box["loss"])
-            row["legacy_rel_err_vs_ours"] = abs(row["legacy_loss"] - loss0) / abs(loss0)
             if "fp32" in ref:
                 row["rel_errs_vs_torch_fp32"]["legacy"] = _errs(row["legacy_loss"], net.grads(), *ref["fp32"])
             if prog.notes:
@@ -809,26 +822,8 @@ def _small_batch_columns(row, net, h, args, dtype, layout, N, S, classes) -> Non
     _safe(row, "ours_graph_ms", ours_graph)
 
     def legacy():
-        net.set_params(p0)
-        calls = []
-        with recording(calls):
-            net.step(x, labels, lr=LR)
-        net.set_params(p0)
-        mode = legacy_bn_mode(layout)
-        prog = LegacyProgram(calls, mode)
-        row["legacy_bn_mode"] = "SPATIAL_PERSISTENT" if mode is not None else "SPATIAL"
+        prog, step, _k = legacy_step(net, x, labels, layout, p0, loss0, row)
         try:
-            row["legacy_calls"] = len(prog.calls)
-            k = prog.index_after("cudnnSoftmaxForward")
-            box = {}
-
-            def step():
-                prog.run(0, k)
-                box["loss"] = net.nll(labels)  # the program's loss and -onehot/N, as ours computes them
-                prog.run(k)
-            step()
-            row["legacy_loss"] = float(box["loss"])
-            row["legacy_rel_err_vs_ours"] = abs(row["legacy_loss"] - loss0) / abs(loss0)
             if prog.notes:
                 row["legacy_notes"] = prog.notes
             return cuda_time(step, **it)["ms"]

@@ -61,6 +61,8 @@ run_if_time bench_conv_zoo 80 python3 benchmarks/bench_conv_zoo.py --budget 60 -
 run_if_time bench_programs 200 python3 benchmarks/bench_programs.py --no-host --batches 32,1 --out "$RES"
 run_if_time host_overhead 45 python3 benchmarks/host_overhead.py --place gpu --calls 2000 \
     --json "$RES/host_overhead_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' _).json"
+# the host cost of each way to launch, and the GPU time of CUDA-graph launches (why launch-record graphs are off)
+run_if_time launch_paths 30 python3 benchmarks/launch_paths.py --calls 2000 --json "$RES/launch_paths.json"
 run_if_time bench_memory_bound 70 python3 benchmarks/bench_memory_bound.py --out "$RES"
 fuzz_rc=0
 if [ "$FUZZ" != 0 ]; then
@@ -74,7 +76,7 @@ run_if_time fuse_profile 40 python3 benchmarks/fuse_profile.py --quick
 run_if_time multi_gpu_example 40 env PYTHONPATH=. python3 -m torch.distributed.run --nproc-per-node 1 \
     examples/multi_gpu_data_parallel.py --check
 find benchmarks/results -maxdepth 1 -name 'host_overhead_*.json' -newer "$RES/.started" -exec cp {} "$RES/" \;
-for f in bench_attention bench_conv_zoo bench_programs host_overhead bench_memory_bound fuzz_gpu bench_conv \
+for f in bench_attention bench_conv_zoo bench_programs host_overhead launch_paths bench_memory_bound fuzz_gpu bench_conv \
          bench_ctc_sampler fuse_profile multi_gpu_example; do
     [ -f "$RES/$f.log" ] && { echo "== $f"; grep -v -i "warn" "$RES/$f.log" | tail -"${TAIL:-14}"; }
 done

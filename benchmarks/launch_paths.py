@@ -13,6 +13,13 @@ a kernel y[i] = a * x[i] (two pointers and a float) on a 1-block grid:
   stream_ptr     cupy.cuda.stream.get_current_stream_ptr() / get_current_stream().ptr alone
   py_calib       a fixed pure-Python workload (to compare host speeds between machines)
 
+and the GPU time per launch (``gpu_us``: CUDA events around 2000 back-to-back launches of a busy
+kernel, short and long, on the legacy default stream and on a non-blocking stream): ``direct``
+(cuLaunchKernel), ``graph_one`` (one 1-kernel graph relaunched), ``graph_400`` (400 distinct
+1-kernel graphs in turn: what per-call record graphs do in a program) and ``mixed`` (direct and
+graph launches alternating).  Per-call CUDA graphs of launch records are off by default
+(CUDNN_COMPAT_CUPY_GRAPHS) because of what this shows (README).
+
     python benchmarks/launch_paths.py [--calls 10000] [--json PATH]
 """
 from __future__ import annotations
@@ -143,6 +150,7 @@ def main(argv=None):
         ge = getattr(g, "graphExec", None) or getattr(g, "_graph_exec", None)
         if ge is not None:
             res[f"graph_{nk}_raw"] = med(lambda: rt.graphLaunch(ge, 0), args.calls, sync)
+    out["gpu_us"] = graph_gpu_time(cupy, np)
     res["py_calib"] = med(py_calib, args.calls, lambda: None)
     res["lock_with"] = med(_lock_cost(), args.calls, lambda: None)
     out["median_us"] = res
@@ -151,6 +159,61 @@ def main(argv=None):
     print(json.dumps(out["has"]))
     if args.json:
         write_json_file(args.json, out)
+
+
+BUSY = r'''extern "C" __global__ void busy(float* y, int iters) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x; float v = y[i];
+  for (int k = 0; k < iters; ++k) v = v * 0.999f + 0.001f;
+  y[i] = v; }'''
+
+
+def graph_gpu_time(cupy, np, n: int = 2000, graphs: int = 400) -> dict:
+    """{iters/stream/path: [GPU us per launch, host us per launch]} (see the module docstring)."""
+    rt = cupy.cuda.runtime
+    k = cupy.RawModule(code=BUSY).get_function("busy")
+    y = cupy.zeros(132 * 8 * 256, np.float32)
+    cap = cupy.cuda.Stream(non_blocking=True)
+    out = {}
+
+    def one_graph(iters):
+        rt.streamBeginCapture(cap.ptr)
+        with cap:
+            k((132 * 8,), (256,), (y, np.int32(iters)))
+        g = rt.streamEndCapture(cap.ptr)
+        try:
+            return rt.graphInstantiate(g)
+        finally:
+            rt.graphDestroy(g)
+
+    for iters in (200, 4000):
+        execs = [one_graph(iters) for _ in range(graphs)]
+        for sname, st in (("null", cupy.cuda.Stream.null), ("nonblocking", cupy.cuda.Stream(non_blocking=True))):
+            def direct(i, st=st, iters=iters):
+                with st:
+                    k((132 * 8,), (256,), (y, np.int32(iters)))
+            paths = {"direct": direct,
+                     "graph_one": lambda i, st=st: rt.graphLaunch(execs[0], st.ptr),
+                     "graph_400": lambda i, st=st: rt.graphLaunch(execs[i % graphs], st.ptr),
+                     "mixed": lambda i, st=st, direct=direct: rt.graphLaunch(execs[i % graphs], st.ptr) if i & 1
+                     else direct(i)}
+            for name, fn in paths.items():
+                fn(0)
+                st.synchronize()
+                e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+                e0.record(st)
+                t0 = time.perf_counter()
+                for i in range(n):
+                    fn(i)
+                host = (time.perf_counter() - t0) / n * 1e6
+                e1.record(st)
+                e1.synchronize()
+                gpu = cupy.cuda.get_elapsed_time(e0, e1) / n * 1e3
+                out[f"iters{iters}/{sname}/{name}"] = [round(gpu, 2), round(host, 2)]
+                print(f"gpu_us iters={iters:5d} {sname:11s} {name:10s} gpu {gpu:8.2f} us/launch  host {host:6.2f}",
+                      flush=True)
+        for e in execs:
+            rt.graphExecDestroy(e)
+    return out
 
 
 def _lock_cost():

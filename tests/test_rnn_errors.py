@@ -181,6 +181,35 @@ def test_forward_rules_write_nothing(setup, case):
     assert np.all(a["y"] == 7) and np.all(a["hy"] == 7) and np.all(a["cy"] == 7) and np.all(a["reserveSpace"] == 3)
 
 
+@pytest.mark.parametrize("case", range(21))
+def test_forward_rules_same_after_the_call_site_is_warm(setup, case):
+    """Each rule gives the same status and message, and writes nothing, whether the call is the
+    first with its descriptors (every check in order) or follows a valid call with the same ones
+    (the call site's cached checks, rnn/v8.py ``_fwd_site``): the cache skips no data check and
+    reorders none."""
+    from cudnn_compat._core import memo
+    net, a = setup
+    name, change, status, word = _fwd_cases(a["handle"])[case]
+
+    def bad_call(warm: bool) -> str:
+        memo.clear_all()
+        args = dict(a)
+        if warm:
+            cc.cudnnRNNForward(**args)  # the valid call: the site is warm for these descriptors
+            for k in ("y", "hy", "cy"):
+                args[k][:] = 7
+            args["reserveSpace"][:] = 3
+        args.update(change)
+        if name == "y buffer small":
+            args["y"][:] = 7
+        err = expect(status, lambda: cc.cudnnRNNForward(**args), word)
+        assert np.all(args["y"] == 7) and np.all(args["hy"] == 7) and np.all(args["cy"] == 7)
+        assert np.all(args["reserveSpace"] == 3)
+        return str(err)
+
+    assert bad_call(warm=True) == bad_call(warm=False)
+
+
 def test_forward_not_supported_and_settings_rules(handle, rng, setup):
     net, a = setup
     d = cc.cudnnCreateRNNDescriptor()

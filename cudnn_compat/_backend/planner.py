@@ -225,15 +225,12 @@ def _out_of_memory(e: BaseException) -> bool:
     return any(c.__name__ in ("OutOfMemoryError", "MemoryError") for c in type(e).__mro__)
 
 
-def launch(plan, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
-    """Run a call through the plan's launcher (``plan.launch``, values in ``plan.launch_order``):
-    True when it ran; False when it could not (nothing done), or raised (logged: the caller's
-    general path then decides, with fallback or ALLOC_FAILED)."""
-    try:
-        return plan.launch(values, stream, workspace, workspace_size)
-    except Exception as e:  # noqa: BLE001 - a failed launch: the general path decides (fallback, ALLOC_FAILED)
-        log.warning("engine %s: cached launch failed (%s: %s); executing", plan.engine, type(e).__name__, e)
-        return False
+def launch_failed(plan, e: BaseException) -> bool:
+    """What a launcher that raised (``plan.launch``, the cached path of ``execute`` and of a
+    prepared call) comes to: logged, and False: nothing ran, the caller's general path decides
+    (fallback, ALLOC_FAILED)."""
+    log.warning("engine %s: cached launch failed (%s: %s); executing", plan.engine, type(e).__name__, e)
+    return False
 
 
 def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=None, key=None):
@@ -247,9 +244,12 @@ def execute(plan, data: dict, workspace=None, workspace_size: int = 0, stream=No
     timing or pinning (the launcher keeps what it uses alive, or holds the plan's lock against
     its release).  ``last_time`` is then the time of the plan's last general execute."""
     order = plan.launch_order
-    if order and plan.raw_pointers and launch(plan, tuple([data[u] for u in order]), stream, workspace,
-                                              workspace_size):
-        return plan
+    if order and plan.raw_pointers:
+        try:
+            if plan.launch(tuple([data[u] for u in order]), stream, workspace, workspace_size):
+                return plan
+        except Exception as e:  # noqa: BLE001 - the general path decides
+            launch_failed(plan, e)
     pack = VariantPack(data, workspace, workspace_size)
     tried = []  # (engine, reason) of the engines that failed at execute
     while True:

@@ -33,9 +33,10 @@ whose plan left the cache (``plan.retired``) is stale: the caller drops it.
 from __future__ import annotations
 
 from .plan_cache import CACHE
-from .planner import execute, launch
+from .planner import execute, launch_failed
 
 TOUCH_EVERY = 7
+_HIT = CACHE.hit
 
 
 class Prepared:
@@ -57,9 +58,13 @@ class Prepared:
         plan = self.plan
         if self.via_execute:  # a plan without a launcher: the variant pack's dict to planner.execute
             plan = execute(plan, values, workspace, workspace_size, stream, self.key)
-        elif not launch(plan, values, stream, workspace, workspace_size):
-            return None
-        CACHE.hit()
+        else:
+            try:
+                if not plan.launch(values, stream, workspace, workspace_size):
+                    return None
+            except Exception as e:  # noqa: BLE001 - the general path decides
+                return launch_failed(plan, e) or None
+        _HIT()
         self.calls += 1
         if not self.calls & TOUCH_EVERY:
             CACHE.touch(self.key)

@@ -437,7 +437,7 @@ def _host_checked(data, name: "str | None", need: int, argname: str, written: bo
     return src if name is not None else raw
 
 
-def _device_checked(data, name: "str | None", need: int, argname: str, written: bool):
+def _device_checked(data, name: "str | None", need: int, argname: str, written: bool, pointers: bool = False):
     import cupy
     if isinstance(data, np.ndarray):  # staged to the device by _call.run, graph by graph
         return _host_checked(data, name, need, argname, written)
@@ -447,6 +447,8 @@ def _device_checked(data, name: "str | None", need: int, argname: str, written: 
     if nbytes is not None and nbytes < need:
         raise bad_param(argname, f"buffer holds {nbytes} bytes but {need} are needed")
     if isinstance(owner, cupy.ndarray):
+        if pointers:
+            return ptr
         return owner if name is not None else owner.reshape(-1, order="A").view(cupy.uint8)
     return data if (owner is not None and name is not None) else ptr
 
@@ -460,15 +462,18 @@ def preflight(handle, items, pointers: bool = False) -> list:
     buffers, dtype, size.  Returns the
     buffers ready to be bound at byte offsets: NumPy arrays on the CPU place (a raw pointer
     becomes a byte array of the needed size, an untyped buffer a byte view), CuPy arrays or
-    pointer ints on the GPU place."""
-    check = _host_checked if handle.place == "cpu" else _device_checked
+    pointer ints on the GPU place (with ``pointers``: the address of a CuPy array, no view)."""
+    gpu = handle.place != "cpu"
     out = []
     for data, spec, argname, written in items:
         if isinstance(spec, tuple):
             name, need = spec
         else:
             name, need = spec.dtype, layout(spec)[1]
-        out.append(check(data, name, int(need), argname, written))
+        if gpu:
+            out.append(_device_checked(data, name, int(need), argname, written, pointers))
+        else:
+            out.append(_host_checked(data, name, int(need), argname, written))
     return out
 
 

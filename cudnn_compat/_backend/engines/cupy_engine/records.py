@@ -176,8 +176,10 @@ class FastPath:
 
     Graphs: a call whose (stream, variable values) were seen once before is captured from its
     record into a CUDA graph (``engines.graphs``, on a side stream: capture runs nothing) and every
-    later such call is one graph launch (about 1.7 us of host time on an H100 host against about
-    4 us per cuLaunchKernel: benchmarks/launch_paths.py); a call on a stream that is itself being
+    later such call is one graph launch (about 1.7 us of host time for a graph relaunched alone
+    against about 4 us per cuLaunchKernel, but 4.5 us each for many distinct graphs in turn, as a
+    program's call sites launch them, and GPU time too: benchmarks/launch_paths.py; off by
+    default, CUDNN_COMPAT_CUPY_GRAPHS); a call on a stream that is itself being
     captured launches the kernels.  At most ``GRAPHS`` per plan, oldest dropped first; a capture
     that fails marks its key so the record's launches are used.  One lock per plan covers the
     argument buffers and the graph table (a dropped graph is never launched after)."""
