@@ -423,3 +423,45 @@ def test_repeated_forward_is_captured_and_replayed(gpu, cpu, rng):
                if isinstance(getattr(r, "fn", None), object) and isinstance(getattr(r.fn, "__self__", None), ProgramRun)]
     assert runners, f"the recurrence did not run in the cupy engine ({plan.engine})"
     assert any(e.graph for rr in runners for e in rr.cache.values()), "no CUDA graph was captured"
+
+
+def test_repeated_forward_replays_through_the_prepared_launch(gpu, cpu, rng, monkeypatch):
+    """The same call on the same buffers, after its graph was captured: the plan's launcher (the
+    prepared call of the recurrence stage, ``ProgramRun.launcher``) replays it, so the program's
+    execute (``ProgramRun.run``) is not reached, and the numbers are those of the first call."""
+    from cudnn_compat._backend.engines.cupy_engine.program import ProgramRun
+    from cudnn_compat._core.call import last_plan
+    c = cp()
+    mode, D, L, I, H, T = "LSTM", 1, 1, 8, 16, 5
+    B = 3
+    d, w, _, _ = our_net(cpu, mode, D, L, I, H, "float32", "FMA_MATH", rng)
+    xd, yd = cc.cudnnCreateRNNDataDescriptor(), cc.cudnnCreateRNNDataDescriptor()
+    cc.cudnnSetRNNDataDescriptor(xd, DT["float32"], SEQ, T, B, I, [T] * B, None)
+    cc.cudnnSetRNNDataDescriptor(yd, DT["float32"], SEQ, T, B, D * H, [T] * B, None)
+    hd = cc.cudnnCreateTensorDescriptor()
+    cc.cudnnSetTensorNdDescriptor(hd, DT["float32"], 3, [L * D, B, H], [B * H, H, 1])
+    inf = cc.CUDNN_FWD_MODE_INFERENCE
+    ws, _rs = cc.cudnnGetRNNTempSpaceSizes(gpu, d, inf, xd)
+    x = c.asarray(rng.uniform(-1, 1, (T, B, I)).astype(np.float32))
+    hx = c.asarray(rng.uniform(-1, 1, (L * D, B, H)).astype(np.float32))
+    cx = c.asarray(rng.uniform(-1, 1, (L * D, B, H)).astype(np.float32))
+    y, hy, cy = c.zeros((T, B, D * H), c.float32), c.zeros_like(hx), c.zeros_like(cx)
+    wd, wsb, seq = c.asarray(w), c.empty(max(ws, 1), c.uint8), c.asarray(np.full(B, T, np.int32))
+
+    def call():
+        y[...] = np.nan
+        cc.cudnnRNNForward(gpu, d, inf, seq, xd, x, yd, y, hd, hx, hy, hd, cx, cy, wd.nbytes, wd, ws, wsb, 0, None)
+        return y.get(), hy.get(), cy.get()
+    first = call()
+    call()
+    call()  # eager, captured, replayed: the graph exists now
+    runs = []
+    orig = ProgramRun.run
+    monkeypatch.setattr(ProgramRun, "run", lambda self, env, ctx: (runs.append(1), orig(self, env, ctx))[1])
+    last = call()
+    assert not runs, "the recurrence went through the plan's execute, not its launcher"
+    plan = last_plan()
+    assert plan.engine == "cupy" and plan.launch_mode == "program", (plan.engine, plan.config)
+    for a, b in zip(first, last):
+        np.testing.assert_array_equal(a, b)
+    assert not np.isnan(first[0]).any()

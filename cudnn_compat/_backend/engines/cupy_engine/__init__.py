@@ -42,7 +42,8 @@ class CupyPlan(ExecutionPlan):
     checks).  So do plans of Python steps only (``steps.PyRun``: cuBLAS GEMMs, RNN programs): their
     execute makes the arrays the steps take, or none where every step takes addresses
     (``PyRun.pointers``: an RNN program), and the legacy layer's binding makes no view per
-    tensor."""
+    tensor.  A plan of one step that brings a launcher (``PyRun.launcher``: an RNN program, whose
+    launch replays the CUDA graph of a call seen before) has that as its ``launch``."""
 
     __slots__ = ("runs", "_ext", "_path", "raw_pointers", "launch", "launch_order", "_views")
 
@@ -67,11 +68,18 @@ class CupyPlan(ExecutionPlan):
         self.raw_pointers = self._path is not None or py_steps
         self._views = not (py_steps and all(r.pointers for r in runs))  # False: ints reach the steps as they are
         self.launch_order = self._path.order if self._path is not None else ()
+        if self._path is None and py_steps and len(runs) == 1 and runs[0].launcher is not None:
+            # one Python step with a launcher of its own (an RNN program: replay its CUDA graph)
+            self.launch_order = tuple(sorted(self._ext)) + tuple(sorted(u for u, t in ext.items() if t.is_by_value))
+            self.launch = runs[0].launcher(self.launch_order)
 
     @property
     def launch_mode(self) -> str:
-        """'record' when cached calls replay launch records, else 'steps' (benchmarks, explain)."""
-        return "record" if self._path is not None else "steps"
+        """'record' when cached calls replay launch records, 'program' when they replay a Python
+        step's own CUDA graphs (an RNN program), else 'steps' (benchmarks, explain)."""
+        if self._path is not None:
+            return "record"
+        return "program" if self.launch_order else "steps"
 
     def kernels(self) -> list:
         return [spec for r in self.runs for spec in r.kernels()]

@@ -121,11 +121,7 @@ class ProgramRun:
         """One call: the entry of (stream, buffer addresses, scalar values), made on a miss (steps
         resolved, scratch allocated); eager the first time, then captured and replayed."""
         sptr = runtime.stream_ptr(None)  # the plan's execute runs this on the call's stream
-        roles = self._roles
-        if roles is None:
-            roles = self._roles = (tuple(sorted((r, u) for r, u in self.uids.items()
-                                                if not self.prog.roles[r].is_by_value)),
-                                   tuple((r, self.uids[r]) for r in sorted(self.prog.scalars)))
+        roles = self.roles()
         ptr = runtime.pointer
         addrs = tuple([ptr(env[u]) for _r, u in roles[0]])
         svals = tuple([float(env[u]) for _r, u in roles[1]])
@@ -157,6 +153,48 @@ class ProgramRun:
             gr.launch(entry.graph, sptr)
         else:
             self._execute(steps, blas, sptr)
+
+    def roles(self) -> tuple:
+        """((role, uid) of the buffers, by role), ((role, uid) of the by-value scalars, by role):
+        the order of a call's key."""
+        roles = self._roles
+        if roles is None:
+            roles = self._roles = (tuple(sorted((r, u) for r, u in self.uids.items()
+                                                if not self.prog.roles[r].is_by_value)),
+                                   tuple((r, self.uids[r]) for r in sorted(self.prog.scalars)))
+        return roles
+
+    def launcher(self, order: tuple):
+        """The plan's ``launch(values, stream, workspace=None, workspace_size=0) -> bool`` (the
+        engine's side of a prepared call, ``engines/base.py``), the values in ``order`` (uids):
+        replay the CUDA graph of a call seen before with these addresses, scalars and stream; False
+        (nothing done) when there is none yet, a value is not an address, or the stream is being
+        captured: the plan's execute then runs the call (and captures it on its second time)."""
+        pos = {u: i for i, u in enumerate(order)}
+        roles = self.roles()
+        bufs = tuple(pos[u] for _r, u in roles[0])
+        scal = tuple(pos[u] for _r, u in roles[1])
+        cache, lock, gr = self.cache, self.lock, _graphs.graphs()
+        cur, glaunch, capturing = runtime.current_stream_function(), gr.launch_function(), gr.capturing
+
+        def launch(values, stream, workspace=None, workspace_size=0):
+            sptr = cur() if stream is None else (stream if type(stream) is int else int(stream.ptr))
+            addrs = tuple([values[i] for i in bufs])
+            for a in addrs:
+                if type(a) is not int:
+                    return False
+            try:
+                key = (sptr, addrs, tuple([float(values[i]) for i in scal]))
+            except (TypeError, ValueError):
+                return False
+            with lock:  # release() takes it too: a graph is never launched after it was destroyed
+                entry = cache.get(key)
+                if entry is None or entry.graph is None or entry.graph <= 0 or capturing(sptr):
+                    return False
+                cache.move_to_end(key)
+                glaunch(entry.graph, sptr)
+            return True
+        return launch
 
     def _capture(self, steps, blas, gr) -> int:
         """The graphExec of the step loop (``engines.graphs``); -1 when it cannot be captured."""

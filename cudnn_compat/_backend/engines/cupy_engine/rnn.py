@@ -617,4 +617,4 @@ def build(step) -> list:
         return runs
     prog = forward_program(op) if op.kind == "RNNRecurrence" else backward_program(op)
     runner = ProgramRun(prog, op)
-    return [PyRun(runner.run, runner.kernels(), pointers=True)]  # it reads addresses (runtime.pointer)
+    return [PyRun(runner.run, runner.kernels(), pointers=True, launcher=runner.launcher)]  # reads addresses

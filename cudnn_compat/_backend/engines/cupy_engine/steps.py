@@ -46,6 +46,7 @@ class PyRun:
     fn: object  # fn(env, ctx)
     sources: list = field(default_factory=list)  # KernelSpecs it may launch (for kernel_sources)
     pointers: bool = False  # fn takes the op's external tensors as device addresses (ints) too
+    launcher: object = None  # launcher(order) -> the plan's launch(values, stream, ...), or None
 
     def kernels(self) -> list:
         return list(self.sources)
