@@ -174,11 +174,16 @@ class ProgramRun:
         roles = self.roles()
         bufs = tuple(pos[u] for _r, u in roles[0])
         scal = tuple(pos[u] for _r, u in roles[1])
-        cache, lock, gr = self.cache, self.lock, _graphs.graphs()
-        cur, glaunch, capturing = runtime.current_stream_function(), gr.launch_function(), gr.capturing
+        cache, lock, gr = self.cache, self.lock, _graphs.graphs()  # no runtime touched until a call
+        cur = []
 
         def launch(values, stream, workspace=None, workspace_size=0):
-            sptr = cur() if stream is None else (stream if type(stream) is int else int(stream.ptr))
+            if stream is None:
+                if not cur:
+                    cur.append(runtime.current_stream_function())
+                sptr = cur[0]()
+            else:
+                sptr = stream if type(stream) is int else int(stream.ptr)
             addrs = tuple([values[i] for i in bufs])
             for a in addrs:
                 if type(a) is not int:
@@ -189,10 +194,10 @@ class ProgramRun:
                 return False
             with lock:  # release() takes it too: a graph is never launched after it was destroyed
                 entry = cache.get(key)
-                if entry is None or entry.graph is None or entry.graph <= 0 or capturing(sptr):
+                if entry is None or entry.graph is None or entry.graph <= 0 or gr.capturing(sptr):
                     return False
                 cache.move_to_end(key)
-                glaunch(entry.graph, sptr)
+                gr.launch(entry.graph, sptr)
             return True
         return launch
 
