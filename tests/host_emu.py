@@ -28,6 +28,7 @@ import numpy as np
 import kernel_emu
 from cudnn_compat._backend.engines import cupy_engine
 from cudnn_compat._backend.engines.cupy_engine import runtime
+from cudnn_compat._backend.engines import base as _base
 from cudnn_compat._backend.engines import graphs as _graphs
 
 
@@ -240,7 +241,7 @@ class Emu:
         self.kernels: dict = {}
         self.launches: list = []
         self._fns: dict = {}
-        self._saved = (runtime.cupy, runtime.function, list(runtime.LAUNCH), list(runtime.STREAM_PTR),
+        self._saved = (runtime.cupy, runtime.function, list(runtime.LAUNCH), list(_base.STREAM_PTR),
                        cupy_engine._unavailable, list(_graphs.GRAPHS))
         self._capture = None
         self.graphs: dict = {}
@@ -252,7 +253,7 @@ class Emu:
         runtime.cupy = lambda: cp
         runtime.function = self.function
         runtime.LAUNCH[0] = self.launch
-        runtime.STREAM_PTR[0] = lambda: 0
+        _base.STREAM_PTR[0] = lambda: 0
         cupy_engine._unavailable = lambda: None
         from cudnn_compat._core import data as _data
         self._nd_saved = list(_data._CUPY_NDARRAY)
@@ -317,7 +318,7 @@ class Emu:
         (runtime.cupy, runtime.function, launch, stream, cupy_engine._unavailable, graphs) = self._saved
         _graphs.GRAPHS[:] = graphs
         runtime.LAUNCH[:] = launch
-        runtime.STREAM_PTR[:] = stream
+        _base.STREAM_PTR[:] = stream
         from cudnn_compat._core import data as _data
         _data._CUPY_NDARRAY[:] = self._nd_saved
         if self._mod_saved is None:

@@ -183,6 +183,8 @@ def fake(monkeypatch):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "cupy_backends.cuda.libs.cublas", _refusing_cupy_cublas(cp))
     monkeypatch.setattr(runtime, "cupy", lambda: cp)
+    from cudnn_compat._backend.engines import base
+    monkeypatch.setattr(base, "STREAM_PTR", [lambda: cp.current])  # a call's stream when its handle has none
     cap = cp.cuda.Stream()  # the side stream captures run on (engines.graphs)
     monkeypatch.setattr(graphs, "GRAPHS", [graphs.Graphs(runtime=cp.runtime(), stream=lambda device: cap.ptr)])
     monkeypatch.setattr(cublas.Cublas, "_by_device", {})

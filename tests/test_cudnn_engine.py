@@ -371,6 +371,8 @@ def fake_cudnn(monkeypatch):
     rt = _FakeRuntime()
     from cudnn_compat._backend.engines import graphs as graphs_mod
     monkeypatch.setattr(graphs_mod, "GRAPHS", [graphs_mod.Graphs(runtime=rt, stream=lambda device: 0xCA97)])
+    from cudnn_compat._backend.engines import base as base_mod
+    monkeypatch.setattr(base_mod, "STREAM_PTR", [lambda: 0])  # no handle stream: the current one, 0 here
 
     def execute(h, p, vp):
         (rt.captured if rt.capturing else executes).append((h, p, vp))

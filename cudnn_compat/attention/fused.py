@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cudnn_compat._backend.engines.base import current_stream
+
 from .._core import bound_graph as bg
 from .descriptor import BATCH, BEAM, TIME, WKIND, fused_regions, weight_layout
 
@@ -284,7 +286,8 @@ def _stream(h):
 
 
 def _handle_stream(h) -> int:
-    return int(h.stream.ptr) if h.stream is not None else 0
+    """The handle's stream, or (none set) the one every engine runs such a call on."""
+    return int(h.stream.ptr) if h.stream is not None else current_stream()
 
 
 def _stream_ptr(h) -> int:

@@ -55,6 +55,30 @@ def device_views(graph, data: dict) -> None:
                                      strides=tuple(s * storage.itemsize for s in t.strides))
 
 
+# -- the stream of a call whose handle has none ----------------------------------------------------
+# STREAM_PTR[0]() -> the current CuPy stream's handle (made on first use; the CPU tests' stand-ins
+# put their own function here)
+STREAM_PTR: list = [None]
+
+
+def current_stream_function():
+    """The function giving the stream a call runs on when its handle has none (cudnnSetStream
+    never called, or given 0/None): CuPy's current stream (the legacy default stream unless the
+    program made another current), for every engine, so that one handle's calls stay in order
+    whichever engine runs each (docs/conventions.md "Handles and descriptors")."""
+    f = STREAM_PTR[0]
+    if f is None:
+        import cupy
+        get = cupy.cuda.get_current_stream
+        f = STREAM_PTR[0] = lambda: get().ptr
+    return f
+
+
+def current_stream() -> int:
+    """``current_stream_function()()``."""
+    return current_stream_function()()
+
+
 class VariantPack:
     """CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: uid -> data buffer, plus workspace.  A plain
     slotted class (made once per legacy call; a frozen dataclass's __init__ costs 3x more)."""

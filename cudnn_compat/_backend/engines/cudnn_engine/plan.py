@@ -27,7 +27,7 @@ from collections import OrderedDict
 from operator import itemgetter
 
 from ... import config as _config
-from ..base import EngineDeclined, ExecutionPlan, device_views
+from ..base import EngineDeclined, ExecutionPlan, current_stream, device_views
 from .. import graphs as _graphs
 from . import configs as _configs
 from . import lib as _lib
@@ -172,7 +172,7 @@ class CudnnPlan(ExecutionPlan):
             n = self._nbuf
             values = tuple([data[u] if i >= n or type(data[u]) is int else _ptr(data[u])
                             for i, u in enumerate(self.launch_order)])
-            sptr = 0 if stream is None else int(getattr(stream, "ptr", stream) or 0)
+            sptr = current_stream() if stream is None else int(getattr(stream, "ptr", stream) or 0)
             self._run(values, sptr, pack.workspace, pack.workspace_size, True)
         except BaseException:  # declined or failed: the next engine (planner.execute) gets CuPy arrays
             _views_for_fallback(self.graph, data)
@@ -181,7 +181,7 @@ class CudnnPlan(ExecutionPlan):
     def launch(self, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
         """A prepared call's launcher: ``_run`` from what earlier calls made (the native plan of
         the baked scalars, the workspace, the VARIANT_PACK); False when something is missing."""
-        sptr = 0 if stream is None else (stream if type(stream) is int else int(stream.ptr or 0))
+        sptr = current_stream() if stream is None else (stream if type(stream) is int else int(stream.ptr or 0))
         try:
             return self._run(values, sptr, workspace, workspace_size, False)
         except TypeError:  # a value that is no pointer (an array from a fallback's views): execute

@@ -15,6 +15,7 @@ import numpy as np
 from ... import config as _config
 from . import runtime
 from .. import graphs as _graphs
+from ..base import current_stream_function
 from .codegen import KernelSpec
 from .cublas import Cublas, Gemm
 
@@ -180,7 +181,7 @@ class ProgramRun:
         def launch(values, stream, workspace=None, workspace_size=0):
             if stream is None:
                 if not cur:
-                    cur.append(runtime.current_stream_function())
+                    cur.append(current_stream_function())
                 sptr = cur[0]()
             else:
                 sptr = stream if type(stream) is int else int(stream.ptr)

@@ -34,6 +34,7 @@ from operator import itemgetter
 from ... import config
 from . import runtime
 from .. import graphs as _graphs
+from ..base import current_stream_function
 
 TRACEABLE = frozenset({"KernelRun", "RowRun", "BnRun"})
 CODES = {"float": "f", "double": "d"}  # by-value argument C types a record patches (struct codes)
@@ -285,7 +286,7 @@ class FastPath:
         guards = tuple((pos[u], pos[s], self.spans[u], self.spans[s]) for u, s in sorted(self.guards))
         checked = tuple(dict.fromkeys(align + tuple(i for g in guards for i in g[:2])))
         recs, pack, lk, lock, table = self.records, self.layout.pack, runtime.launcher(), self.lock, self.graphs
-        cur, counter = runtime.current_stream_function(), runtime.LAUNCHES
+        cur, counter = current_stream_function(), runtime.LAUNCHES
         graphs_off = None if _GRAPHS_OFF is _ALWAYS_ON else _GRAPHS_OFF  # None: the graph table, always
         direct = self.direct
         gr = _graphs.graphs()

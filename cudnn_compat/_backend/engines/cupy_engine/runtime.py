@@ -15,6 +15,7 @@ import threading
 import numpy as np
 
 from ... import config as _config
+from ..base import current_stream_function
 
 _MODULES: dict = {}
 _LOCK = threading.Lock()
@@ -101,9 +102,9 @@ def launch(spec, env: dict, extra: "dict | None" = None) -> None:
 # -- the launch path of records (records.py) ----------------------------------------------------------
 # LAUNCH[0](CUfunction, gx, gy, gz, bx, by, bz, shared mem, stream, kernelParams, extra): cuLaunchKernel
 # through CuPy's Cython binding (cupy.cuda.driver.launchKernel: the cheapest call measured, see
-# benchmarks/launch_paths.py); STREAM_PTR[0]() the current CuPy stream's handle.  Tests replace both.
+# benchmarks/launch_paths.py); STREAM_PTR[0]() the current CuPy stream's handle (``engines/base.py``,
+# the stream of a call whose handle has none).  Tests replace both.
 LAUNCH: list = [None]
-STREAM_PTR: list = [None]
 
 
 def launcher():
@@ -112,13 +113,6 @@ def launcher():
     return LAUNCH[0]
 
 
-def current_stream_function():
-    """A function returning CuPy's current stream handle (what ``on_stream(None)`` launches on)."""
-    f = STREAM_PTR[0]
-    if f is None:
-        get = cupy().cuda.get_current_stream
-        f = STREAM_PTR[0] = lambda: get().ptr
-    return f
 
 
 def stream_ptr(stream) -> int:
