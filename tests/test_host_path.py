@@ -168,6 +168,12 @@ def case_dropout(rng):
     return ({"x": rng.standard_normal(n)}, {"y": np.zeros(n), "res": np.zeros(res, np.uint8), "states": states}, call)
 
 
+def case_conv_bwd_bias(rng):
+    dyd, dbd = tdesc(S), tdesc((1, S[1], 1, 1))
+    return ({"dy": rng.standard_normal(S)}, {"db": rng.standard_normal((1, S[1], 1, 1))},
+            lambda h, b, a, be: cc.cudnnConvolutionBackwardBias(h, a, dyd, b["dy"], be, dbd, b["db"]))
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 EMULATED = ("act_fwd", "add_tensor", "softmax_fwd", "pool_fwd", "bn_train", "dropout")
 
@@ -236,6 +242,40 @@ def test_records_give_the_reference_numbers(emu, rng, case):
     plan = cc._core.call.last_plan()
     assert plan.engine == "cupy" and plan.launch_mode == "record"
     assert len(plan._path.records) == 1
+
+
+@pytest.fixture
+def emu_noop():
+    import host_emu
+    from cudnn_compat._core import memo as _memo
+    cc.plan_cache_clear()
+    e = host_emu.Emu("noop", cudnn=True)
+    yield e
+    e.restore()
+    _memo.clear_all()
+    cc._core.call.clear_prepared()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_family_repeats_as_a_prepared_call(emu_noop, rng, case, monkeypatch):
+    """The class of "a family whose plan-cache key is made anew per call never gets a prepared
+    call" (a convolution backward bias did, one call of the ResNet-50 step): from the fourth call
+    with the same descriptors (the first goes the general way and fills the family's memo, the
+    next two meet the memo's key object: the second of them prepares), each family's call is its
+    prepared call, not the general way.  The key may be made anew per call: an equal one finds the
+    prepared call by value (``_core.call._by_value``)."""
+    import host_emu
+    from cudnn_compat._backend import planner
+    h = emu_noop.handle()
+    ins, outs, call = CASES[case](rng)
+    dev = {k: host_emu.EmuArray(v) for k, v in _f32({**ins, **outs}).items()}
+    for _ in range(3):
+        call(h, dev, 1.0, 0.0)
+    general = []  # the general way ends in planner.execute (a prepared call runs its plan itself)
+    orig = planner.execute
+    monkeypatch.setattr(planner, "execute", lambda plan, *a, **k: (general.append(plan.graph.name), orig(plan, *a, **k))[1])
+    call(h, dev, 1.0, 0.0)
+    assert not general, f"{case}: the call went the general way ({general})"
 
 
 def test_a_record_is_made_once_and_reused(emu, rng):

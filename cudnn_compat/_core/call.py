@@ -140,8 +140,9 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     if workspace is not None:
         workspace = _workspace(place, workspace)
     prep = _PREPARED[place].get(id(key))
-    if prep is not None and prep.owner is key and prep.place == place and prep.device == handle.device \
-            and not prep.plan.retired and _DEFAULTS():
+    if prep is None or prep.owner is not key:
+        prep = _by_value(place, key)
+    if prep is not None and prep.device == handle.device and not prep.plan.retired and _DEFAULTS():
         if workspace_arg is None or _given(workspace, workspace_size) >= int(prep.plan.workspace_size):
             plan = prep(tensors, scalars, handle.stream, _engine_workspace(place, workspace), workspace_size)
             if plan is not None:
@@ -209,24 +210,45 @@ def _engine_workspace(place: str, workspace):
     return None if type(workspace) is np.ndarray and place != "cpu" else workspace
 
 
-# -- prepared calls by key object: id(key object) -> Prepared (owner: that object) -------------------
-# A family whose key tuple is the same object call after call (kept in its _memo entry) gets the
-# prepared call of its plan on its second general-path call with that object.  The key object is
-# held by the prepared call (``owner``), so its id cannot name another tuple while the entry lives.
+# -- prepared calls: id(key object) -> Prepared (owner: that object), and key -> Prepared -----------
+# A family whose key tuple is the same object call after call (kept in its _memo entry) finds its
+# prepared call by identity (no hashing); a family that makes its key anew per call (a convolution
+# backward bias, SetTensor, the divisive normalization...) finds it by value (one hash of the key,
+# still far less than the general way).  A plan is prepared on its key's second general-path call
+# (``_SEEN``: keys seen once).  The key objects are held by the entries (``owner``, ``_SEEN``), so an
+# id in the tables cannot name another tuple while its entry lives.
 _PREPARED: dict = {"cpu": {}, "gpu": {}}  # per place (one key object serves both places' calls)
+_BY_VALUE: dict = {"cpu": {}, "gpu": {}}  # per place: key -> Prepared
 PREPARED_MAX = 1024
-_SEEN: dict = {}  # id(key object) -> the key object of the last general-path call (first sightings)
+_SEEN: dict = {}  # (place, key) -> True: the keys of general-path calls not prepared yet
 _DEFAULTS = planner.DEFAULTS_APPLY  # config.unset_fast: no forced engine, fallback on, no override
 
 
+def _by_value(place: str, key: tuple):
+    """The prepared call of a key equal to ``key`` on ``place`` (None if none)."""
+    try:
+        return _BY_VALUE[place].get(key)
+    except TypeError:  # an unhashable item: no prepared call
+        return None
+
+
+def _prepared_of(place: str, key: tuple):
+    """The prepared call of ``key`` on ``place``: by identity, else by value; None if none."""
+    prep = _PREPARED[place].get(id(key))
+    return prep if prep is not None and prep.owner is key else _by_value(place, key)
+
+
 def _remember(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None:
-    """Prepare ``plan`` for ``key_obj`` when the same object came with its last general-path call
-    too (a key made per call never comes again) and ``plan`` is the cached plan of ``full_key``
-    (no forced engine in the environment)."""
-    if _SEEN.get(id(key_obj)) is not key_obj:
-        if len(_SEEN) >= PREPARED_MAX:
-            _SEEN.clear()
-        _SEEN[id(key_obj)] = key_obj
+    """Prepare ``plan`` for ``key_obj`` when an equal key came with an earlier general-path call
+    too and ``plan`` is the cached plan of ``full_key`` (no forced engine in the environment)."""
+    seen = (place,) + full_key
+    try:
+        if seen not in _SEEN:
+            if len(_SEEN) >= PREPARED_MAX:
+                _SEEN.clear()
+            _SEEN[seen] = True
+            return
+    except TypeError:  # an unhashable key: never prepared
         return
     if not _DEFAULTS():
         return
@@ -239,10 +261,13 @@ def _remember(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None
     prep = _prepared.prepare(plan, full_key, bind, key_obj, device)
     if prep is None or prep.place != place:
         return
-    table = _PREPARED.setdefault(place, {})
-    if len(table) >= PREPARED_MAX:
+    table, byval = _PREPARED.setdefault(place, {}), _BY_VALUE.setdefault(place, {})
+    if len(table) >= PREPARED_MAX or len(byval) >= PREPARED_MAX:
         table.clear()
+        byval.clear()
     table[id(key_obj)] = prep
+    byval[key_obj] = prep
+    _SEEN.pop(seen, None)
 
 
 def _host_data(prog: tuple, tensors: dict, scalars: dict) -> dict:
@@ -266,16 +291,15 @@ def _host_binder(plan):
 def cached_plan(handle, key: tuple, build):
     """``plan_for``, or the plan of ``key``'s prepared call when it has a valid one (no hashing of
     the key; not counted as a plan-cache hit: the call that runs it next counts one)."""
-    prep = _PREPARED[handle.place].get(id(key))
-    if prep is not None and prep.owner is key and prep.place == handle.place and prep.device == handle.device \
-            and not prep.plan.retired and _DEFAULTS():
+    prep = _prepared_of(handle.place, key)
+    if prep is not None and prep.device == handle.device and not prep.plan.retired and _DEFAULTS():
         return prep.plan
     return plan_for(handle, key, build)
 
 
 def clear_prepared() -> None:
     """Forget every prepared call (tests)."""
-    for table in _PREPARED.values():
+    for table in list(_PREPARED.values()) + list(_BY_VALUE.values()):
         table.clear()
     _SEEN.clear()
 
