@@ -244,20 +244,8 @@ def test_records_give_the_reference_numbers(emu, rng, case):
     assert len(plan._path.records) == 1
 
 
-@pytest.fixture
-def emu_noop():
-    import host_emu
-    from cudnn_compat._core import memo as _memo
-    cc.plan_cache_clear()
-    e = host_emu.Emu("noop", cudnn=True)
-    yield e
-    e.restore()
-    _memo.clear_all()
-    cc._core.call.clear_prepared()
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_family_repeats_as_a_prepared_call(emu_noop, rng, case, monkeypatch):
+def test_every_family_repeats_as_a_prepared_call(native_emu, rng, case, monkeypatch):
     """The class of "a family whose plan-cache key is made anew per call never gets a prepared
     call" (a convolution backward bias did, one call of the ResNet-50 step): from the fourth call
     with the same descriptors (the first goes the general way and fills the family's memo, the
@@ -266,7 +254,7 @@ def test_every_family_repeats_as_a_prepared_call(emu_noop, rng, case, monkeypatc
     prepared call by value (``_core.call._by_value``)."""
     import host_emu
     from cudnn_compat._backend import planner
-    h = emu_noop.handle()
+    h = native_emu.handle()
     ins, outs, call = CASES[case](rng)
     dev = {k: host_emu.EmuArray(v) for k, v in _f32({**ins, **outs}).items()}
     for _ in range(3):
