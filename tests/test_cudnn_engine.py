@@ -1227,3 +1227,22 @@ def test_cuda_graphs_stop_for_calls_that_never_come_back(fake_cudnn):
     plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # the old key: executed now, not replayed
     assert len(executes) == before + 1
     plan.release()
+
+
+def test_no_handle_stream_runs_on_the_current_stream(fake_cudnn, monkeypatch):
+    """A call whose handle has no stream (None) runs on CuPy's current stream, the one the cupy
+    engine launches on too (``engines/base.current_stream``): the native handle is bound to it,
+    for the general execute and the prepared call's launch alike; a handle stream wins."""
+    from cudnn_compat._backend.engines import base as base_mod
+    from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
+    plan, executes, _ = fake_cudnn
+    plan._cuda_graphs = None  # every call executes natively (the handle's binding is what is checked)
+    monkeypatch.setattr(base_mod, "STREAM_PTR", [lambda: 0x5EED])
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    assert nlib._handles[77][1] == 0x5EED
+    values = tuple(_pack(0x1000, 0x2000, 0x3000).data[u] for u in plan.launch_order)
+    monkeypatch.setattr(base_mod, "STREAM_PTR", [lambda: 0xFACE])
+    assert plan.launch(values, None)
+    assert nlib._handles[77][1] == 0xFACE and len(executes) == 2
+    assert plan.launch(values, 0xD00D)  # the handle's own stream
+    assert nlib._handles[77][1] == 0xD00D
