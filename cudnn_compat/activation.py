@@ -225,10 +225,7 @@ def _fwd_site(handle, activationDesc, xDesc, x, yDesc, y):
     if not MODES[d.mode].legacy:
         _legacy_mode(d)
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    mk = (id(d._key or d.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
-    m = _FWD.get(mk)
-    if m is None:
-        mk, m = _FWD.canonical((), (d, xd, yd))
+    mk, m = _FWD.lookup((), (d, xd, yd))
     if m is None:
         check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
         check(xd.dataType == yd.dataType, "yDesc", "data type must equal xDesc's")
@@ -280,11 +277,7 @@ def _bwd_site(handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx):
         _legacy_mode(d)
     yd, dyd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc")
     xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dxDesc, "dxDesc")
-    mk = (id(d._key or d.key()), id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(xd._key or xd.key()),
-          id(dxd._key or dxd.key()))
-    m = _BWD.get(mk)
-    if m is None:
-        mk, m = _BWD.canonical((), (d, yd, dyd, xd, dxd))
+    mk, m = _BWD.lookup((), (d, yd, dyd, xd, dxd))
     if m is None:
         _in_place(dy, dx, dyd, dxd, "dy", "dx", "dxDesc")
         for name, t in (("dyDesc", dyd), ("xDesc", xd), ("dxDesc", dxd)):

@@ -192,10 +192,7 @@ def _fwd_site(handle, normDesc, lrnMode, xDesc, x, yDesc, y):
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
     if not arrays((x, y)):
         _not_null({"x": x, "y": y})
-    mk = (id(ld._key or ld.key()), id(xd._key or xd.key()), id(yd._key or yd.key()))
-    m = _FWD.get(mk)
-    if m is None:
-        mk, m = _FWD.canonical((), (ld, xd, yd))
+    mk, m = _FWD.lookup((), (ld, xd, yd))
     if m is None:
         _lrn_tensors({"xDesc": xd, "yDesc": yd})
         keys = tuple(("LRNCrossChannelForward", ld.key(), xd.key(), yd.key(), bz) for bz in (False, True))

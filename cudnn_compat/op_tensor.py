@@ -162,10 +162,7 @@ def _op_site(handle, opTensorDesc, aDesc, A, bDesc, B, cDesc, C):
     h = get_handle(handle)
     od = op_tensor_desc(opTensorDesc)
     ad, bd, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(bDesc, "bDesc"), tensor_desc(cDesc, "cDesc")
-    mk = (id(od._key or od.key()), id(ad._key or ad.key()), id(bd._key or bd.key()), id(cd._key or cd.key()))
-    m = _OP.get(mk)
-    if m is None:
-        mk, m = _OP.canonical((), (od, ad, bd, cd))
+    mk, m = _OP.lookup((), (od, ad, bd, cd))
     if m is None:
         _check_shapes(ad, bd, cd)
         _check_types(od, ad, bd, cd)

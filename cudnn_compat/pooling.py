@@ -264,11 +264,7 @@ def _bwd_site(handle, poolingDesc, yDesc, dyDesc, xDesc, dxDesc):
     pd = pooling_desc(poolingDesc)
     yd, dyd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc")
     xd, dxd = tensor_desc(xDesc, "xDesc"), tensor_desc(dxDesc, "dxDesc")
-    mk = (id(pd._key or pd.key()), id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(xd._key or xd.key()),
-          id(dxd._key or dxd.key()))
-    m = _BWD.get(mk)
-    if m is None:
-        mk, m = _BWD.canonical((), (pd, yd, dyd, xd, dxd))
+    mk, m = _BWD.lookup((), (pd, yd, dyd, xd, dxd))
     if m is None:
         check(yd.dims == dyd.dims, "dyDesc", f"dims {dyd.dims} differ from yDesc's {yd.dims}")
         check(yd.strides == dyd.strides, "dyDesc", f"strides {dyd.strides} differ from yDesc's {yd.strides}")

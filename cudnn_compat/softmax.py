@@ -77,10 +77,7 @@ def _fwd_site(handle, algorithm, mode, xDesc, x, yDesc, y):
     h = get_handle(handle)
     algorithm, mode = _enums(algorithm, mode)
     xd, yd = tensor_desc(xDesc, "xDesc"), tensor_desc(yDesc, "yDesc")
-    mk = (algorithm, mode, id(xd._key or xd.key()), id(yd._key or yd.key()))
-    m = _FWD.get(mk)
-    if m is None:
-        mk, m = _FWD.canonical((algorithm, mode), (xd, yd))
+    mk, m = _FWD.lookup((algorithm, mode), (xd, yd))
     if m is None:
         algo, axes = _settings(algorithm, mode)
         check(xd.dims == yd.dims, "yDesc", f"dims {yd.dims} must equal xDesc's {xd.dims}")
@@ -120,10 +117,7 @@ def _bwd_site(handle, algorithm, mode, yDesc, dyDesc, dy, dxDesc, dx):
     h = get_handle(handle)
     algorithm, mode = _enums(algorithm, mode)
     yd, dyd, dxd = tensor_desc(yDesc, "yDesc"), tensor_desc(dyDesc, "dyDesc"), tensor_desc(dxDesc, "dxDesc")
-    mk = (algorithm, mode, id(yd._key or yd.key()), id(dyd._key or dyd.key()), id(dxd._key or dxd.key()))
-    m = _BWD.get(mk)
-    if m is None:
-        mk, m = _BWD.canonical((algorithm, mode), (yd, dyd, dxd))
+    mk, m = _BWD.lookup((algorithm, mode), (yd, dyd, dxd))
     if m is None:
         algo, axes = _settings(algorithm, mode)
         for name, t in (("dyDesc", dyd), ("dxDesc", dxd)):

@@ -42,10 +42,7 @@ def _add_site(handle, aDesc, cDesc):
     """addTensor's descriptor resolving and checks (once per combination of settings)."""
     h = get_handle(handle)
     ad, cd = tensor_desc(aDesc, "aDesc"), tensor_desc(cDesc, "cDesc")
-    mk = (id(ad._key or ad.key()), id(cd._key or cd.key()))
-    m = _ADD.get(mk)
-    if m is None:
-        mk, m = _ADD.canonical((), (ad, cd))
+    mk, m = _ADD.lookup((), (ad, cd))
     if m is None:
         check(ad.dataType == cd.dataType, "aDesc", "data type must equal cDesc's")
         check(ad.nbDims == cd.nbDims and all(a in (c, 1) for a, c in zip(ad.dims, cd.dims)), "aDesc",
