@@ -80,11 +80,16 @@ def check_state_desc(desc, argname, cfg, B, width, used: bool):
 
 def check_sizes(cfg, geo, training, weightSpaceSize, workSpaceSize, reserveSpaceSize, wname="weightSpaceSize",
                 need_reserve=None) -> None:
-    need_w = weight_space_size(cfg)
+    check_given_sizes(weight_space_size(cfg), spaces(cfg, geo), training if need_reserve is None else need_reserve,
+                      weightSpaceSize, workSpaceSize, reserveSpaceSize, wname)
+
+
+def check_given_sizes(need_w: int, sp, need_reserve: bool, weightSpaceSize, workSpaceSize, reserveSpaceSize,
+                      wname="weightSpaceSize") -> None:
+    """``check_sizes`` with the weight space size and the spaces already worked out (a call site's)."""
     check(int(weightSpaceSize) >= need_w, wname, f"{weightSpaceSize} is less than the weight space size {need_w}")
-    sp = spaces(cfg, geo)
     check(int(workSpaceSize) >= sp.ws_size, "workSpaceSize", f"{workSpaceSize} is less than the {sp.ws_size} bytes needed")
-    if training if need_reserve is None else need_reserve:
+    if need_reserve:
         check(int(reserveSpaceSize) >= sp.rs_size, "reserveSpaceSize",
               f"{reserveSpaceSize} is less than the {sp.rs_size} bytes training needs")
 
@@ -216,11 +221,7 @@ def RNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDes
     unread(h, devSeqLengths, "devSeqLengths")  # the lengths come from xDesc; still a buffer
     check("x" in given, "x", "is NULL")
     check("y" in given, "y", "is NULL")
-    check(int(weightSpaceSize) >= need_w, "weightSpaceSize", f"{weightSpaceSize} is less than the weight space size {need_w}")
-    check(int(workSpaceSize) >= sp.ws_size, "workSpaceSize", f"{workSpaceSize} is less than the {sp.ws_size} bytes needed")
-    if training:
-        check(int(reserveSpaceSize) >= sp.rs_size, "reserveSpaceSize",
-              f"{reserveSpaceSize} is less than the {sp.rs_size} bytes training needs")
+    check_given_sizes(need_w, sp, training, weightSpaceSize, workSpaceSize, reserveSpaceSize)
     names, fill, disp = parts
     used = {k: bufs[k] for k in given if k in names}
     check_spaces_given(used, training)
