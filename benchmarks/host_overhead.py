@@ -448,6 +448,38 @@ def measure(fn, calls: int, sync=None) -> dict:
     return {"mean_us": mean, "median_us": statistics.median(ts) * 1e6, "thread_cpu_us": cpu}
 
 
+def mixed(fns: dict, rounds: int, sync=None) -> dict:
+    """The cases called in turn, one call of each per round (a program's pattern: every call
+    site's code and data cold again by the time it comes back), against the same calls repeated
+    (``measure``'s medians): median microseconds per call over ``rounds`` rounds, ours and, over
+    the cases that have one, the legacy column's."""
+    def per_call(group):
+        for _ in range(5):
+            for f in group:
+                f()
+        if sync:
+            sync()
+        ts, pc = [], time.perf_counter
+        for i in range(rounds):
+            t0 = pc()
+            for f in group:
+                f()
+            ts.append((pc() - t0) / len(group))
+            if sync and i % 20 == 19:
+                sync()
+        if sync:
+            sync()
+        return statistics.median(ts) * 1e6
+    ours = list(fns.values())
+    out = {"cases": len(ours), "rounds": rounds, "ours_us": per_call(ours)}
+    legacy = [f.legacy for f in ours if getattr(f, "legacy", None) is not None]
+    if legacy:
+        out["legacy_cases"] = len(legacy)
+        out["legacy_us"] = per_call(legacy)
+        out["ours_same_cases_us"] = per_call([f for f in ours if getattr(f, "legacy", None) is not None])
+    return out
+
+
 def profile(fn, calls: int, top: int = 22) -> str:
     import cProfile
     import io
@@ -490,6 +522,7 @@ def main(argv=None):
         sync = cupy.cuda.runtime.deviceSynchronize
         out["device"] = _device_name()
     floor = None
+    calls_made = {}  # the cases that ran: the ``mixed`` figure calls them in turn
     if args.place == "gpu" and not args.no_legacy:
         try:
             floor = out["ctypes_call_us"] = ctypes_floor(args.calls, sync)
@@ -508,6 +541,7 @@ def main(argv=None):
             print(f"{args.label:8s} {args.place} {case:16s} error: {e}", flush=True)
             continue
         r["engine"] = getattr(fn, "engine", "")
+        calls_made[case] = fn
         if fn.legacy is not None and not args.no_legacy:
             try:
                 r["legacy_median_us"] = measure(fn.legacy, args.calls, sync)["median_us"]
@@ -526,6 +560,19 @@ def main(argv=None):
             text = profile(fn, args.profile_calls)
             out["cases"][case]["profile"] = text
             print(text, flush=True)
+    if calls_made:
+        out["mixed"] = mixed(calls_made, max(20, args.calls // 20), sync)
+        m = out["mixed"]
+        iso = [out["cases"][c]["median_us"] for c in calls_made]
+        m["ours_isolated_us"] = sum(iso) / len(iso)  # the mean of the repeated calls' medians
+        liso = [out["cases"][c]["legacy_median_us"] for c in calls_made if "legacy_median_us" in out["cases"][c]]
+        if liso and m.get("legacy_us") is not None:
+            m["legacy_isolated_us"] = sum(liso) / len(liso)
+        print(f"mixed: the {m['cases']} cases called in turn (as a program calls different families): ours "
+              f"{m['ours_us']:.1f} us per call against {m['ours_isolated_us']:.1f} us for the same calls repeated"
+              + (f"; on the {m['legacy_cases']} cases with a legacy column ours {m['ours_same_cases_us']:.1f}, legacy "
+                 f"via ctypes {m['legacy_us']:.1f} against {m['legacy_isolated_us']:.1f} us"
+                 if m.get("legacy_isolated_us") is not None else ""), flush=True)
     medians = [c["median_us"] for c in out["cases"].values() if "median_us" in c]
     out["max_median_us"] = max(medians) if medians else None
     out["over_target"] = sorted(k for k, c in out["cases"].items() if c.get("median_us", 1e9) > TARGET_US)

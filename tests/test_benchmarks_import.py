@@ -291,3 +291,32 @@ def test_device_check_exits_non_zero_when_the_suite_fails(tmp_path, suite_rc, fu
         names = [os.path.basename(n) for n in t.getnames()]
     assert "host_overhead_NVIDIA_Test_GPU.json" not in names and ".started" not in names
     assert "pytest_gpu.log" in names
+
+
+def _load(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_host_overhead_mixed_calls_each_case_once_per_round():
+    """``mixed``: every case once per round, in turn (ours, then the legacy columns, then ours on the
+    legacy's cases); the figure is per call, not per round."""
+    ho = _load("host_overhead")
+    order = []
+
+    def case(name, legacy=True):
+        def f():
+            order.append(name)
+        f.legacy = (lambda: order.append(name + "'")) if legacy else None
+        return f
+    fns = {"a": case("a"), "b": case("b", legacy=False), "c": case("c")}
+    out = ho.mixed(fns, rounds=7)
+    assert out["cases"] == 3 and out["legacy_cases"] == 2 and out["rounds"] == 7
+    ours_rounds = order[:3 * (5 + 7)]
+    assert ours_rounds == ["a", "b", "c"] * 12  # 5 warm-up rounds, then 7 timed
+    assert order[36:36 + 2 * 12] == ["a'", "c'"] * 12
+    assert order[60:] == ["a", "c"] * 12
+    assert 0 < out["ours_us"] < 1e4 and 0 < out["legacy_us"] < 1e4
