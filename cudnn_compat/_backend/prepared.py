@@ -41,59 +41,34 @@ _HIT = CACHE.hit
 
 class Prepared:
     """A plan ready to run from the caller's buffers (see the module docstring).  ``owner``: what
-    the caller finds it by (the legacy layer's key object); ``place``, ``device``: where it runs.
-    ``call`` is the call itself, a closure over the plan's binder and launcher (one frame, no
-    attribute lookups: a cached call's cost is mostly such steps); calling the object calls it."""
+    the caller finds it by (the legacy layer's key object); ``place``, ``device``: where it runs."""
 
-    __slots__ = ("plan", "key", "bind", "count", "owner", "place", "device", "via_execute", "call")
+    __slots__ = ("plan", "key", "bind", "calls", "owner", "place", "device", "via_execute")
 
     def __init__(self, plan, key, bind, owner=None, device=None):
         self.plan, self.key, self.bind, self.owner = plan, key, bind, owner
         self.place, self.device = plan.place, device
         self.via_execute = not plan.launch_order  # no launcher: ``bind`` gives the variant pack's dict
-        self.count = [0]  # calls run (a cell the closure shares: no cycle through the object)
-        self.call = self._call_function()
-
-    @property
-    def calls(self) -> int:
-        return self.count[0]
+        self.calls = 0
 
     def __call__(self, tensors: dict, scalars: dict, stream, workspace=None, workspace_size: int = 0):
-        return self.call(tensors, scalars, stream, workspace, workspace_size)
-
-    def _call_function(self):
-        """``call(tensors, scalars, stream, workspace, workspace_size)`` -> the plan that ran, or None
-        (nothing ran: the general path runs the call)."""
-        plan, key, bind, touch, count = self.plan, self.key, self.bind, CACHE.touch, self.count
+        values = self.bind(tensors, scalars)
+        if values is None:
+            return None
+        plan = self.plan
         if self.via_execute:  # a plan without a launcher: the variant pack's dict to planner.execute
-            def call(tensors, scalars, stream, workspace=None, workspace_size=0):
-                values = bind(tensors, scalars)
-                if values is None:
-                    return None
-                ran = execute(plan, values, workspace, workspace_size, stream, key)
-                _HIT()
-                n = count[0] = count[0] + 1
-                if not n & TOUCH_EVERY:
-                    touch(key)
-                return ran
-            return call
-
-        def call(tensors, scalars, stream, workspace=None, workspace_size=0):
-            values = bind(tensors, scalars)
-            if values is None:
-                return None
+            plan = execute(plan, values, workspace, workspace_size, stream, self.key)
+        else:
             try:
-                # read per call: an engine replaces its launcher (a new record's guarded pairs)
                 if not plan.launch(values, stream, workspace, workspace_size):
                     return None
             except Exception as e:  # noqa: BLE001 - the general path decides
                 return launch_failed(plan, e) or None
-            _HIT()
-            n = count[0] = count[0] + 1
-            if not n & TOUCH_EVERY:
-                touch(key)
-            return plan
-        return call
+        _HIT()
+        self.calls += 1
+        if not self.calls & TOUCH_EVERY:
+            CACHE.touch(self.key)
+        return plan
 
     def __repr__(self):
         return f"Prepared({self.plan.config}, calls={self.calls})"

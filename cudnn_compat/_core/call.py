@@ -144,8 +144,7 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
         prep = _by_value(place, key)
     if prep is not None and prep.device == handle.device and not prep.plan.retired and _DEFAULTS():
         if workspace_arg is None or _given(workspace, workspace_size) >= int(prep.plan.workspace_size):
-            plan = prep.call(tensors, scalars, handle.stream,
-                             workspace if workspace is None else _engine_workspace(place, workspace), workspace_size)
+            plan = prep(tensors, scalars, handle.stream, _engine_workspace(place, workspace), workspace_size)
             if plan is not None:
                 _LAST.plan = plan
                 return plan
