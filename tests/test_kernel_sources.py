@@ -198,8 +198,24 @@ def conv_graphs():
         yield one("Matmul", {"a": ten(1, (3, 4, 5), dt), "b": ten(2, (1, 5, 6), dt)}, "c", ten(3, (3, 4, 6), dt), False, {})
 
 
+def dropout_graphs():
+    """cudnnDropoutForward's graph (cudnn_compat/dropout.py): Rng drawing the mask, y = (x * scale) * mask
+    (the cupy engine: one kernel for both, then the offset's), every data type, packed and strided x."""
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        for layout in ("NCHW", "strided"):
+            dims = (2, 3, 4, 5)
+            mask = Tensor(3, dims, packed_strides(dims), "uint8")
+            x, y = Tensor(5, dims, strides_of(dims, layout), dtype), Tensor(6, dims, strides_of(dims, layout), dtype)
+            rng = Operation("Rng", {"seed": Tensor(1, (2,), (1,), "int32"), "offset": Tensor(2, (2,), (1,), "int32")},
+                            {"y": mask, "offset_out": Tensor(4, (2,), (1,), "int32")},
+                            {"distribution": "BERNOULLI", "drop_probability": 0.25})
+            cdt = "float64" if dtype == "float64" else "float32"
+            yield OperationGraph([rng, Operation("Pointwise", {"x": x, "b": mask, "alpha1": scalar(7, cdt, "scale")},
+                                                 {"y": y}, {"mode": "MUL"})], "DropoutForward")
+
+
 def all_graphs():
-    for gen in (pointwise_graphs, reduction_graphs, heavy_graphs, conv_graphs):
+    for gen in (pointwise_graphs, reduction_graphs, heavy_graphs, conv_graphs, dropout_graphs):
         yield from gen()
 
 
@@ -220,7 +236,7 @@ def test_every_kind_of_the_grid_is_supported_and_generates_kernels():
     srcs = all_sources()
     families = {name.split("_")[1] for name in srcs}
     assert {"ew", "ewv4", "red", "softmax", "softmaxbwd", "bnfwd", "bnbwd", "poolfwd", "poolbwd", "lrnfwd", "lrnbwd1",
-            "lrnbwd2", "divnfwd", "divnbwd1", "divnbwd2"} <= families, families
+            "lrnbwd2", "divnfwd", "divnbwd1", "divnbwd2", "rngapply", "rngadvance"} <= families, families
     assert all(src.count('extern "C" __global__') >= 1 for src in srcs.values())
 
 

@@ -334,6 +334,48 @@ def test_rng_kernel_bit_identical_to_reference(dtype, dims, strides, p, block_of
     assert int(offset.view(np.uint32)[0]) | (int(offset.view(np.uint32)[1]) << 32) == adv
 
 
+# dropout's graph (cudnn_compat/dropout.py): Rng, then y = (x * scale) * mask; the cupy engine runs both in the Rng kernel (the mask
+# still stored): x of another layout than the mask, fp16 data in place or not, a uint8 or float mask
+APPLY_CASES = [("float32", "uint8", (2, 3, 5), (1, 2, 6), 0.3, False), ("float16", "uint8", (4, 9), None, 0.5, True),
+               ("float32", "float32", (7,), None, 0.0, False), ("float16", "float16", (3, 5), (1, 3), 1.0, False)]
+
+
+@pytest.mark.parametrize("dtype, mask_dtype, dims, x_strides, p, in_place", APPLY_CASES)
+def test_rng_applies_its_epilogue_in_one_kernel(dtype, mask_dtype, dims, x_strides, p, in_place):
+    from cudnn_compat._backend.engines.cupy_engine.grouping import HeavyStep, partition
+    from cudnn_compat._backend.ir import OperationGraph
+    mask = Tensor(3, dims, packed_strides(dims), mask_dtype)
+    x = Tensor(5, dims, x_strides or packed_strides(dims), dtype)
+    y = Tensor(6, dims, x.strides, dtype)  # in place: another tensor bound to x's memory, as dropout's x == y
+    scale = scalar(7, "float32", "scale")
+    rng = Operation("Rng", {"seed": Tensor(1, (2,), (1,), "int32"), "offset": Tensor(2, (2,), (1,), "int32")},
+                    {"y": mask, "offset_out": Tensor(4, (2,), (1,), "int32")},
+                    {"distribution": "BERNOULLI", "drop_probability": p})
+    ops = [rng, Operation("Pointwise", {"x": x, "b": mask, "alpha1": scale}, {"y": y}, {"mode": "MUL"})]
+    steps = partition(OperationGraph(ops, "DropoutForward"))
+    assert len(steps) == 1 and isinstance(steps[0], HeavyStep) and set(steps[0].epilogues) == {"y"}
+    specs = grnn.rng_specs(rng, steps[0].epilogues["y"])
+    assert len(specs) == 2 and specs[0].family == "rngapply"  # mask and y in one kernel, then the offset
+    st, mst = dtypes.storage_dtype(dtype), dtypes.storage_dtype(mask_dtype)
+    n = int(np.prod(dims))
+    span = 1 + sum((d - 1) * s for d, s in zip(dims, x.strides))
+    g = np.random.default_rng(3)
+    xbuf = g.standard_normal(span).astype(np.float32).astype(st)
+    x_in = xbuf.copy()
+    ybuf = xbuf if in_place else np.full(span, 9, st)
+    mbuf = np.full(n, 5, mst)
+    seed_words, offset = np.array([99, 0], np.int32), np.array([11, 0], np.int32)
+    bufs = {1: seed_words, 2: offset, 3: mbuf, 5: xbuf, 6: ybuf}
+    launch(specs[0], [bufs[a[1]] if a[0] == "buf" else 1.25 for a in specs[0].args])
+    launch(specs[1], [offset, offset])
+    keep = bernoulli_keep(99, 11, n, p).reshape(dims)
+    np.testing.assert_array_equal(mbuf.reshape(dims).astype(np.float64), keep.astype(np.float64))
+    view = lambda b: np.lib.stride_tricks.as_strided(b, dims, tuple(s * st.itemsize for s in x.strides))  # noqa: E731
+    want = ((view(x_in).astype(np.float32) * np.float32(1.25)) * keep.astype(np.float32)).astype(st)
+    np.testing.assert_array_equal(view(ybuf), want)
+    assert int(offset[0]) == 11 + -(-n // 4)
+
+
 # -- the sources compile for the GPU ---------------------------------------------------------------------
 
 def _all_sources(rng):

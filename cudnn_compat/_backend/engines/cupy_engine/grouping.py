@@ -5,8 +5,9 @@ Element-wise ops (Pointwise, NormForward INFERENCE) that follow each other becom
 element-wise ops on its result as its epilogue, so a chain plus a trailing reduction plus
 the output blend is one kernel.  Every other op is a ``HeavyStep``; the element-wise ops
 that consume its result (the alpha/beta blend, the bias, add and activation of the
-BN Ex variants) become that op's epilogue when its kernel can apply them per output
-element.  Virtual tensors that cross steps are materialized by the plan.
+BN Ex variants; dropout's scaling by the mask it draws) become that op's epilogue when its
+kernel can apply them per output element.  Virtual tensors that cross steps are materialized
+by the plan.
 """
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def _heavy_epilogues(op, follow, consumers, index_of, outputs):
         if not run:
             continue
         out = op.outputs[role]
-        if not out.is_virtual:
+        if not out.is_virtual and op.kind not in STORED_EPILOGUE_KINDS:
             return {}, 0
         group_ops = run
         all_inside = {index_of[id(o)] for o in group_ops}
@@ -142,7 +143,14 @@ EPILOGUE_ROLES = {
     "NormForward": ("y",), "NormBackward": ("dx", "dscale", "dbias"),
     "LRNForward": ("y",), "LRNBackward": ("dx",),
     "DivisiveNormalizationForward": ("y",), "DivisiveNormalizationBackward": ("dx", "dmeans"),
+    "Rng": ("y",),
 }
+
+
+# kinds whose kernel stores an output and applies its epilogue too (dropout: the mask is kept in the
+# reserve space and y = x * scale * mask computed from it in the same kernel); every other kind's
+# epilogue output must be virtual
+STORED_EPILOGUE_KINDS = frozenset({"Rng"})
 
 
 def partition(graph) -> list:

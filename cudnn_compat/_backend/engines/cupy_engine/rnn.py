@@ -12,8 +12,10 @@ gaps too but needs the weights resident in shared memory/registers, which does n
 H = 512 (4 MiB of LSTM fp32 weights), so the GEMM + cell pair stays.
 
 ``Rng``: one thread per Philox4x32-10 block of 4 mask elements, exactly the reference's
-counter layout and threshold (bit-identical masks); a second 1-thread kernel advances the
-offset, so ``offset_out`` may alias ``offset``.
+counter layout and threshold (bit-identical masks); the element-wise ops on the mask that follow
+it (dropout's y = x * scale * mask, the RNN's dropped layer input) run in the same kernel as its
+epilogue (``grouping.STORED_EPILOGUE_KINDS``: the mask is stored too); a second 1-thread kernel
+advances the offset, so ``offset_out`` may alias ``offset``.
 
 Programs are also run by the tests on the CPU (tests/test_rnn_gpu_program.py: GEMMs in NumPy,
 kernels through tests/kernel_emu.py), which checks the step sequencing and every kernel's
@@ -27,7 +29,7 @@ import numpy as np
 
 from ...math_policy import gemm_compute
 from ...ops.rnn import GATES, is_padded, row_map, rows_of
-from .codegen import PREAMBLE, STORAGE, KernelSpec, load_expr, name_kernel, store_expr
+from .codegen import PREAMBLE, STORAGE, KernelSpec, bstrides, emit_chain, load_expr, name_kernel, store_expr
 from .cublas import Gemm
 from .program import Launch, Program, ProgramRun
 from .steps import KernelRun, PyRun
@@ -550,8 +552,11 @@ def _mask_store(dtype: str) -> str:
     return f"({STORAGE[dtype]})(keep ? 1 : 0)"
 
 
-def rng_specs(op) -> list:
-    """[mask kernel, offset kernel (if offset_out)] for an Rng op."""
+def rng_specs(op, epilogue=None) -> list:
+    """[mask kernel, offset kernel (if offset_out)] for an Rng op.  ``epilogue``: the element-wise
+    ops on the mask that follow it (a FusedGroup: dropout's y = x * scale * mask), applied per
+    element by the mask kernel, which still stores the mask (one kernel for both, the same
+    arithmetic as the element-wise kernel it replaces)."""
     a = op.attrs
     y = op.outputs["y"]
     numel = int(np.prod(y.dims))
@@ -560,9 +565,33 @@ def rng_specs(op) -> list:
     p.ptr("int", "seed", "seed", const=True)
     p.ptr("int", "offset", "offset", const=True)
     p.ptr(STORAGE[y.dtype], "y", "y")
-    lines = []
-    for size, stride in reversed(list(zip(y.dims, y.strides))):
-        lines.append(f"    off += (rem % {size}LL) * {stride}LL; rem /= {size}LL;")
+    args = [("buf", op.inputs["seed"].uid), ("buf", op.inputs["offset"].uid), ("buf", y.uid)]
+    coords = []  # the element's coordinates over y's dims, innermost first
+    for k in range(len(y.dims) - 1, -1, -1):
+        coords.append(f"    const long long i{k} = rem % {y.dims[k]}LL; rem /= {y.dims[k]}LL;")
+
+    def offset(strides) -> str:
+        return " + ".join([f"i{k} * {s}LL" for k, s in enumerate(strides) if s] or ["0LL"])
+    epi = []
+    if epilogue is not None:
+        T = epilogue.compute_type()
+        env = {y.uid: f"(keep ? {T}(1) : {T}(0))"}
+        for uid, t in epilogue.loads.items():
+            p.decls.append(f"const {STORAGE[t.dtype]}* p{uid}")
+            args.append(("buf", uid))
+            epi.append(f"    const {T} l{uid} = {load_expr(t.dtype, f'p{uid}[{offset(bstrides(t, y.dims))}]', T)};")
+            env[uid] = f"l{uid}"
+        for uid, t in epilogue.stores.items():
+            p.decls.append(f"{STORAGE[t.dtype]}* p{uid}")
+            args.append(("buf", uid))
+        for uid, t in sorted(epilogue.tensors().items()):
+            if t.is_by_value:
+                p.decls.append(f"const {T} s{uid}")
+                args.append(("scalar", uid, T))
+                env[uid] = f"s{uid}"
+        epi += ["    " + line for line in emit_chain(epilogue.prologue, env, T)]
+        epi += [f"    p{uid}[{offset(t.strides)}] = {store_expr(t.dtype, env[uid], T)};"
+                for uid, t in epilogue.stores.items()]
     body = f"""  const long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (q >= {nblk}LL) return;
   const unsigned long long base = ((unsigned long long)(unsigned int)offset[1] << 32) | (unsigned int)offset[0];
@@ -581,13 +610,14 @@ def rng_specs(op) -> list:
     const long long e = q * 4 + lane;
     if (e >= {numel}LL) break;
     const bool keep = (unsigned long long)words[lane] >= {keep_threshold(a['drop_probability'])}ULL;
-    long long rem = e, off = 0;
-{chr(10).join(lines)}
-    y[off] = {_mask_store(y.dtype)};
+    long long rem = e;
+{chr(10).join(coords)}
+    y[{offset(y.strides)}] = {_mask_store(y.dtype)};
+{chr(10).join(epi)}
   }}
 """
-    mask = _spec("rng", p, body, nblk)
-    mask.args = [("buf", op.inputs["seed"].uid), ("buf", op.inputs["offset"].uid), ("buf", y.uid)]
+    mask = _spec("rng" if epilogue is None else "rngapply", p, body, nblk)
+    mask.args = args
     specs = [mask]
     if "offset_out" in op.outputs:
         q = _Params()
@@ -611,7 +641,7 @@ def build(step) -> list:
     op = step.op
     if op.kind == "Rng":
         y = op.outputs["y"]
-        specs = rng_specs(op)
+        specs = rng_specs(op, step.epilogues.get("y"))
         runs = [KernelRun([specs[0]], [y] if y.is_virtual else [])]
         runs += [KernelRun([s]) for s in specs[1:]]
         return runs
