@@ -29,6 +29,10 @@ softmax fwd/bwd, LRN, dropout forward, RNN forward (cudnnRNNForward, LSTM, infer
     PYTHONPATH=. python benchmarks/host_overhead.py [--place cpu|gpu] [--calls 10000]
         [--only NAME[,NAME]] [--profile [--profile-calls 2000]] [--root DIR] [--json PATH]
 
+After the families, ``mixed``: every case called in turn, one call each per round, as a program calls
+different families (each call site's code and data are cold again when it comes back), ours and
+the legacy column, against the same calls repeated.
+
 ``--root`` imports cudnn_compat from another tree (e.g. an export of an older commit) so
 before/after can be measured by one script.  Prints microseconds per call: median (per-call
 perf_counter; the figure the target is on), mean (timeit) and this thread's CPU time per call;
