@@ -29,7 +29,8 @@ import numpy as np
 
 from ...math_policy import gemm_compute
 from ...ops.rnn import GATES, is_padded, row_map, rows_of
-from .codegen import PREAMBLE, STORAGE, KernelSpec, bstrides, emit_chain, load_expr, name_kernel, store_expr
+from .codegen import (PREAMBLE, STORAGE, KernelSpec, _params, _scalar_env, bstrides, emit_chain, load_expr, name_kernel,
+                      store_expr)
 from .cublas import Gemm
 from .program import Launch, Program, ProgramRun
 from .steps import KernelRun, PyRun
@@ -575,20 +576,13 @@ def rng_specs(op, epilogue=None) -> list:
     epi = []
     if epilogue is not None:
         T = epilogue.compute_type()
-        env = {y.uid: f"(keep ? {T}(1) : {T}(0))"}
+        decls, more = _params(epilogue, T)  # loads, stores, by-value scalars: as an element-wise kernel's
+        p.decls += decls
+        args += more
+        env = {y.uid: f"(keep ? {T}(1) : {T}(0))", **_scalar_env(epilogue)}
         for uid, t in epilogue.loads.items():
-            p.decls.append(f"const {STORAGE[t.dtype]}* p{uid}")
-            args.append(("buf", uid))
             epi.append(f"    const {T} l{uid} = {load_expr(t.dtype, f'p{uid}[{offset(bstrides(t, y.dims))}]', T)};")
             env[uid] = f"l{uid}"
-        for uid, t in epilogue.stores.items():
-            p.decls.append(f"{STORAGE[t.dtype]}* p{uid}")
-            args.append(("buf", uid))
-        for uid, t in sorted(epilogue.tensors().items()):
-            if t.is_by_value:
-                p.decls.append(f"const {T} s{uid}")
-                args.append(("scalar", uid, T))
-                env[uid] = f"s{uid}"
         epi += ["    " + line for line in emit_chain(epilogue.prologue, env, T)]
         epi += [f"    p{uid}[{offset(t.strides)}] = {store_expr(t.dtype, env[uid], T)};"
                 for uid, t in epilogue.stores.items()]
