@@ -567,6 +567,34 @@ def legacy_step(net, x, labels, layout, p0: dict, loss0: float, row: dict) -> tu
     return prog, step, k
 
 
+def ours_columns(row, net, h, x, labels, p0, loss0, it) -> None:
+    """``ours_ms`` (eager steps) and ``ours_graph_ms`` (the same step captured into a CUDA graph,
+    ``ours_graph_ms``), with the captured step's loss against the eager one's, into ``row``."""
+    row["ours_ms"] = cuda_time(lambda: net.step(x, labels, lr=LR, sync=False), **it)["ms"]
+
+    def ours_graph():
+        ms, loss = ours_graph_ms(net, h, x, labels, p0, it)
+        row["ours_graph_loss_rel_err_vs_ours"] = abs(loss - loss0) / abs(loss0)
+        return ms
+    _safe(row, "ours_graph_ms", ours_graph)
+
+
+def torch_columns(row, m, opt, xt, yt, it, prof: "dict | None" = None) -> float:
+    """The eager torch step's ms (returned) and ``torch_graph_ms`` (its kernels captured into a CUDA
+    graph) into ``row``; with ``prof`` the eager step's kernels as ``prof["torch"]``."""
+    import torch.nn.functional as F
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.nll_loss(F.log_softmax(m(xt), 1), yt).backward()
+        opt.step()
+    ms = cuda_time(step, events="torch", **it)["ms"]
+    if prof is not None:
+        prof["torch"] = torch_kernels(step)
+    _safe(row, "torch_graph_ms", lambda: torch_graph_ms(m, opt, xt, yt, it))
+    return ms
+
+
 def resnet_row(ex, h, args, dtype, layout, batch: int = 32) -> dict:
     import cupy
     N, S, width = (min(batch, 4), 64, 0.25) if args.quick else (batch, 224, 1.0)
@@ -606,33 +634,18 @@ def resnet_row(ex, h, args, dtype, layout, batch: int = 32) -> dict:
 
     def torch_step():
         import torch
-        import torch.nn.functional as F
         m = torch_setup(p0, torch_resnet(net), dtype, layout)
         xt = torch_input(x_host, dtype, layout)
         yt = torch.from_numpy(labels_host).cuda()
         opt = torch.optim.SGD(m.parameters(), lr=LR)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            F.nll_loss(F.log_softmax(m(xt), 1), yt).backward()
-            opt.step()
-        ms = cuda_time(step, events="torch", **it)["ms"]
-        if args.profile:
-            prof["torch"] = torch_kernels(step)
-        _safe(row, "torch_graph_ms", lambda: torch_graph_ms(m, opt, xt, yt, it))
+        ms = torch_columns(row, m, opt, xt, yt, it, prof if args.profile else None)
         del m, opt
         torch.cuda.empty_cache()
         return ms
     prof = {}
     _safe(row, "torch_ms", torch_step)
 
-    row["ours_ms"] = cuda_time(lambda: net.step(x, labels, lr=LR, sync=False), **it)["ms"]
-
-    def ours_graph():
-        ms, loss = ours_graph_ms(net, h, x, labels, p0, it)
-        row["ours_graph_loss_rel_err_vs_ours"] = abs(loss - loss0) / abs(loss0)
-        return ms
-    _safe(row, "ours_graph_ms", ours_graph)
+    ours_columns(row, net, h, x, labels, p0, loss0, it)
     row["eager_over_captured"] = _ratio(row.get("ours_ms"), row.get("ours_graph_ms"))
     if args.profile:
         def ours_profile():
@@ -802,24 +815,13 @@ def _small_batch_columns(row, net, h, args, dtype, layout, N, S, classes) -> Non
         row["max_rel_err_vs_torch"] = max(errs.values())
         del loss
 
-        def step():
-            opt.zero_grad(set_to_none=True)
-            F.nll_loss(F.log_softmax(m(xt), 1), yt).backward()
-            opt.step()
-        ms = cuda_time(step, events="torch", **it)["ms"]
-        _safe(row, "torch_graph_ms", lambda: torch_graph_ms(m, opt, xt, yt, it))
+        ms = torch_columns(row, m, opt, xt, yt, it)
         del m, opt
         torch.cuda.empty_cache()
         return ms
     _safe(row, "torch_ms", torch_step)
 
-    row["ours_ms"] = cuda_time(lambda: net.step(x, labels, lr=LR, sync=False), **it)["ms"]
-
-    def ours_graph():
-        ms, loss = ours_graph_ms(net, h, x, labels, p0, it)
-        row["ours_graph_loss_rel_err_vs_ours"] = abs(loss - loss0) / abs(loss0)
-        return ms
-    _safe(row, "ours_graph_ms", ours_graph)
+    ours_columns(row, net, h, x, labels, p0, loss0, it)
 
     def legacy():
         prog, step, _k = legacy_step(net, x, labels, layout, p0, loss0, row)

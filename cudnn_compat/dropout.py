@@ -210,62 +210,78 @@ _MASKED = Memo("cudnnDropoutForward/Backward")
 
 
 def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceSizeInBytes, forward: bool):
-    """The descriptor checks and the graph run once per combination of settings (``_core.memo``); on
-    the GPU place with CuPy reserve space and states the offset bindings are device pointers
-    (the buffers' checks are made here first), else ``_core.bound_graph`` makes byte views."""
+    """The descriptor checks and the graph, once per combination of settings (``_core.memo``,
+    ``_masked_entry``); then every check that depends on the data, and the run.  On the GPU place
+    with CuPy reserve space and states the graph's tensors are bound as device pointers (the
+    buffers' checks are made here first), else ``_core.bound_graph`` makes byte views."""
     mk = (name, id(d._key or d.key()), id(ad._key or ad.key()), id(bd._key or bd.key()))
     m = _MASKED.get(mk)
     if m is None:
         mk, m = _MASKED.canonical((name,), (d, ad, bd))
-    if m is None:
-        flat = _check_pair(ad, bd, a, bout, an, bn)
-        dims = bd.dims if flat is None else flat
-        need = reserve_size(math.prod(dims))
-    else:
-        flat, dims, need, key, bound, same_strides, scale, prog = m
-        if not same_strides and bg.address(a) == bg.address(bout):
-            check(False, bn, "strides must equal the input's when the operation is in place (x == y)")
-    check(int(reserveSpaceSizeInBytes) >= need, "reserveSpaceSizeInBytes",
-          f"{reserveSpaceSizeInBytes} is less than cudnnDropoutGetReserveSpaceSize() = {need}")
+        if m is None:
+            m = _masked_entry(mk, name, d, ad, a, an, bd, bout, bn, forward)
+    dims, need, key, bound, graph, same_strides, scale, prog, scale_uid = m
+    if not same_strides and bg.address(a) == bg.address(bout):
+        check(False, bn, "strides must equal the input's when the operation is in place (x == y)")
+    if int(reserveSpaceSizeInBytes) < need:
+        check(False, "reserveSpaceSizeInBytes",
+              f"{reserveSpaceSizeInBytes} is less than cudnnDropoutGetReserveSpaceSize() = {need}")
     nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else None
     states = d.states
-    if not (type(reserveSpace) is nd and (reserveSpace._c_contiguous or reserveSpace._f_contiguous)
-            and reserveSpace.nbytes >= need):  # a contiguous CuPy array big enough passes check_buffer
+    res_dev = type(reserveSpace) is nd and (reserveSpace._c_contiguous or reserveSpace._f_contiguous) \
+        and reserveSpace.nbytes >= need  # a contiguous CuPy array big enough passes check_buffer
+    if not res_dev:
         bg.check_buffer(reserveSpace, "reserveSpace", need)
-    require_states(d)
-    if forward and not (type(states) is nd and (states._c_contiguous or states._f_contiguous)
-                        and states.nbytes >= STATES_SIZE):
+    if states is None:
+        require_states(d)
+    st_dev = type(states) is nd and (states._c_contiguous or states._f_contiguous) and states.nbytes >= STATES_SIZE
+    if forward and not st_dev:
         bg.check_buffer(states, "dropoutDesc.states", STATES_SIZE)
-    if m is None:
-        def build():
-            b = bg.GraphBuilder(name, "float64" if bd.dtype == "float64" else "float32")
-            src = b.ext(an, 0, dims if flat else ad.dims, None if flat else ad.strides, ad.dtype)
-            dst = b.ext(bn, 0, dims if flat else bd.dims, None if flat else bd.strides, bd.dtype)
-            mask = b.ext("reserveSpace", 0, dims, None, "uint8", "mask")
-            if forward:
-                rng_op(b, mask, d.dropout)
-            b.pw("MUL", src, mask, out=dst, alpha1=b.scalar("scale"))
-            return b
-
-        key = (name, ad.key(), bd.key(), d.dropout if forward else None)
-        bound = bg.prepare(key, build)
-        prog = tuple((uid, buf, off) for uid, (buf, off) in bound.bindings.items())
-        m = _MASKED.put(mk, (flat, dims, need, key, bound, ad.strides == bd.strides, d.scale, prog),
-                        (d.key(), ad.key(), bd.key()))
-        scale = m[6]
-    if h.place == "gpu" and nd is not None and type(reserveSpace) is nd and type(states) is nd:
+    if res_dev and type(states) is nd and h.place == "gpu":
         # reserve space and states are untyped (any dtype) and were checked above (NULL, contiguity, size):
         # their graph tensors are bound as device pointers at their byte offsets
-        base = {an: a, bn: bout, "reserveSpace": reserveSpace.data.ptr, "states": states.data.ptr}
-        tensors = {uid: ((base[buf] + off) if off else base[buf], buf) for uid, buf, off in prog}
-        uid, = bound.scalar_names
-        run(h, key, lambda: bound.graph, tensors, {uid: scale})
+        base = (a, bout, reserveSpace.data.ptr, states.data.ptr)
+        run(h, key, graph, {uid: ((base[i] + off) if off else base[i], buf) for uid, i, buf, off in prog},
+            {scale_uid: scale})
         return
     # reserve space and states are untyped (any dtype, docs/conventions.md "Data"): bound as bytes
     reserveSpace, states = preflight(h, [(reserveSpace, (None, need), "reserveSpace", forward),
                                          (states, (None, STATES_SIZE), "dropoutDesc.states", forward)])
     buffers = {an: a, bn: bout, "reserveSpace": reserveSpace, "states": states}
     bg.execute(h, key, bound, buffers, {"scale": scale})
+
+
+_BUFFER_INDEX = {"reserveSpace": 2, "states": 3}  # (input, output, reserveSpace, states): the GPU binding's order
+
+
+def _masked_entry(mk, name, d, ad, a, an, bd, bout, bn, forward: bool) -> tuple:
+    """The memo entry of dropout forward (``forward``) or backward for these descriptors: the
+    descriptor checks of 002 §3.2.34 / §4.1.7 (``_check_pair``), then the graph (Rng drawing the
+    mask into reserveSpace, forward only; out = in * mask * scale) and its binding program:
+    (dims, reserve bytes needed, plan key, bound graph, its graph as ``run``'s build function, same
+    strides, scale, ((uid, buffer index, buffer name, byte offset), ...), the scale's uid)."""
+    flat = _check_pair(ad, bd, a, bout, an, bn)
+    dims = bd.dims if flat is None else flat
+    need = reserve_size(math.prod(dims))
+
+    def build():
+        b = bg.GraphBuilder(name, "float64" if bd.dtype == "float64" else "float32")
+        src = b.ext(an, 0, dims if flat else ad.dims, None if flat else ad.strides, ad.dtype)
+        dst = b.ext(bn, 0, dims if flat else bd.dims, None if flat else bd.strides, bd.dtype)
+        mask = b.ext("reserveSpace", 0, dims, None, "uint8", "mask")
+        if forward:
+            rng_op(b, mask, d.dropout)
+        b.pw("MUL", src, mask, out=dst, alpha1=b.scalar("scale"))
+        return b
+
+    key = (name, ad.key(), bd.key(), d.dropout if forward else None)
+    bound = bg.prepare(key, build)
+    index = {an: 0, bn: 1, **_BUFFER_INDEX}
+    prog = tuple((uid, index[buf], buf, off) for uid, (buf, off) in bound.bindings.items())
+    scale_uid, = bound.scalar_names
+    return _MASKED.put(mk, (dims, need, key, bound, lambda: bound.graph, ad.strides == bd.strides, d.scale, prog,
+                            scale_uid),
+                       (d.key(), ad.key(), bd.key()))
 
 
 _FWD_SITES, _BWD_SITES = Memo("cudnnDropoutForward sites"), Memo("cudnnDropoutBackward sites")

@@ -300,8 +300,15 @@ def test_program_size_is_one_gemm_and_one_kernel_per_step(rng):
 
 # -- Rng ----------------------------------------------------------------------------------------------
 
+# (3, 700): 525 Philox blocks, 3 thread blocks: the offset advance is the last of them to finish
 RNG_CASES = [("uint8", (3, 7), None, 0.3, 0), ("float32", (2, 3, 5), (40, 1, 3), 0.5, 7),
-             ("float16", (9,), None, 1.0, 0), ("uint8", (5,), None, 0.0, 2)]
+             ("float16", (9,), None, 1.0, 0), ("uint8", (5,), None, 0.0, 2), ("uint8", (3, 700), None, 0.4, 0)]
+
+
+def _rng_args(spec, bufs: dict, scale=None) -> list:
+    """The launch values of an Rng kernel: ``bufs`` by uid (4 is ``offset_out``), the ticket counter
+    as ``bufs["cnt"]``, a by-value ``scale``."""
+    return [bufs[a[1]] if a[0] in ("buf", "extra") else scale for a in spec.args]
 
 
 def rng_op(dtype, dims, strides, p, block_offset):
@@ -319,19 +326,23 @@ def test_rng_kernel_bit_identical_to_reference(dtype, dims, strides, p, block_of
     seed_words = np.array([0x7fff1234, -5], np.int32)
     off_words = np.array([-3, 1], np.int32)  # offset lo word 0xfffffffd: the block counter carries into hi
     specs = grnn.rng_specs(op)
+    assert len(specs) == 1 and specs[0].grid[0] == -(-int(np.prod(dims)) // (4 * grnn.BLOCK))
     st = dtypes.storage_dtype(dtype)
     span = 1 + sum((d - 1) * s for d, s in zip(dims, y.strides))
     buf = np.full(span, 7, st)
     offset = off_words.copy()
-    launch(specs[0], [seed_words, offset, buf])
-    launch(specs[1], [offset, offset])  # offset_out aliases offset, as dropout binds it
+    cnt = np.zeros(1, np.uint32)
     view = np.lib.stride_tricks.as_strided(buf, dims, tuple(s * st.itemsize for s in y.strides))
     seed = int(seed_words.view(np.uint32)[0]) | (int(seed_words.view(np.uint32)[1]) << 32)
     base = int(off_words.view(np.uint32)[0]) | (int(off_words.view(np.uint32)[1]) << 32)
-    want = bernoulli_keep(seed, base + block_offset, int(np.prod(dims)), p).reshape(dims)
-    np.testing.assert_array_equal(view.astype(np.float64), want.astype(np.float64))
-    adv = base + -(-int(np.prod(dims)) // 4)
-    assert int(offset.view(np.uint32)[0]) | (int(offset.view(np.uint32)[1]) << 32) == adv
+    n = int(np.prod(dims))
+    for call in range(2):  # the second launch draws from where the first left the offset (and the counter)
+        launch(specs[0], _rng_args(specs[0], {1: seed_words, 2: offset, 3: buf, 4: offset, "cnt": cnt}))  # offset_out aliases offset, as dropout binds it
+        want = bernoulli_keep(seed, base + call * -(-n // 4) + block_offset, n, p).reshape(dims)
+        np.testing.assert_array_equal(view.astype(np.float64), want.astype(np.float64))
+        adv = (base + (call + 1) * -(-n // 4)) % (1 << 64)
+        assert int(offset.view(np.uint32)[0]) | (int(offset.view(np.uint32)[1]) << 32) == adv
+        assert cnt[0] == 0  # the last block set its ticket counter back
 
 
 # dropout's graph (cudnn_compat/dropout.py): Rng, then y = (x * scale) * mask; the cupy engine runs both in the Rng kernel (the mask
@@ -355,7 +366,7 @@ def test_rng_applies_its_epilogue_in_one_kernel(dtype, mask_dtype, dims, x_strid
     steps = partition(OperationGraph(ops, "DropoutForward"))
     assert len(steps) == 1 and isinstance(steps[0], HeavyStep) and set(steps[0].epilogues) == {"y"}
     specs = grnn.rng_specs(rng, steps[0].epilogues["y"])
-    assert len(specs) == 2 and specs[0].family == "rngapply"  # mask and y in one kernel, then the offset
+    assert len(specs) == 1 and specs[0].family == "rngapply"  # mask, y and the offset advance in one kernel
     st, mst = dtypes.storage_dtype(dtype), dtypes.storage_dtype(mask_dtype)
     n = int(np.prod(dims))
     span = 1 + sum((d - 1) * s for d, s in zip(dims, x.strides))
@@ -366,8 +377,8 @@ def test_rng_applies_its_epilogue_in_one_kernel(dtype, mask_dtype, dims, x_strid
     mbuf = np.full(n, 5, mst)
     seed_words, offset = np.array([99, 0], np.int32), np.array([11, 0], np.int32)
     bufs = {1: seed_words, 2: offset, 3: mbuf, 5: xbuf, 6: ybuf}
-    launch(specs[0], [bufs[a[1]] if a[0] == "buf" else 1.25 for a in specs[0].args])
-    launch(specs[1], [offset, offset])
+    bufs.update({4: offset, "cnt": np.zeros(1, np.uint32)})
+    launch(specs[0], _rng_args(specs[0], bufs, 1.25))
     keep = bernoulli_keep(99, 11, n, p).reshape(dims)
     np.testing.assert_array_equal(mbuf.reshape(dims).astype(np.float64), keep.astype(np.float64))
     view = lambda b: np.lib.stride_tricks.as_strided(b, dims, tuple(s * st.itemsize for s in x.strides))  # noqa: E731

@@ -356,6 +356,17 @@ def override(name: str, value: "str | None"):
                 _overrides.pop(name, None)
 
 
+def unset_parts(*names: str) -> tuple:
+    """(env, keys, overrides): ``unset_fast(*names)``'s test in pieces, for the one or two hottest
+    paths that inline it rather than pay a call: ``not overrides and k not in env`` for every key
+    in ``keys`` is the same test (never true off POSIX, where ``env`` holds every key)."""
+    for n in names:
+        TABLE[n]  # noqa: B018 - KeyError for an undeclared name, now rather than at the first call
+    if _ENV is None:  # pragma: no cover - not POSIX
+        return {n: None for n in names}, names, _overrides
+    return _ENV, tuple(_KEYS[n] for n in names), _overrides
+
+
 def unset_fast(*names: str) -> Callable[[], bool]:
     """A test for per-call paths: ``test()`` is True while none of ``names`` is in the environment
     and no ``override`` is active, i.e. each of them has its default and the caller may skip

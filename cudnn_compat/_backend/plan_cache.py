@@ -45,14 +45,18 @@ class PlanCache:
         self._lock = threading.RLock()
         self._hits = itertools.count()
         self._misses = itertools.count()
+        self._zero = (0, 0)  # the counts at the last clear()
+        # Count a hit that skipped the lookup (a prepared call of a cached plan): the counter's own
+        # C method, so the prepared call's count is no Python frame of its own
+        self.hit = self._hits.__next__
 
     @property
     def hits(self) -> int:
-        return _count_of(self._hits)
+        return _count_of(self._hits) - self._zero[0]
 
     @property
     def misses(self) -> int:
-        return _count_of(self._misses)
+        return _count_of(self._misses) - self._zero[1]
 
     def get(self, key):
         plan = self._d.get(key)
@@ -65,10 +69,6 @@ class PlanCache:
             pass
         next(self._hits)
         return plan
-
-    def hit(self) -> None:
-        """Count a hit that skipped the lookup (a prepared call of a cached plan)."""
-        next(self._hits)
 
     def touch(self, key) -> None:
         """Mark ``key``'s plan most recently used (nothing when it was evicted since)."""
@@ -106,7 +106,7 @@ class PlanCache:
         with self._lock:
             plans = list(self._d.values())
             self._d.clear()
-            self._hits, self._misses = itertools.count(), itertools.count()
+            self._zero = (_count_of(self._hits), _count_of(self._misses))
         for p in plans:
             retire(p)
 

@@ -191,6 +191,7 @@ def _log_plan(graph, plan):
 # getters are not called at all
 _forced_setting = _config.getter("CUDNN_COMPAT_ENGINE")
 DEFAULTS_APPLY = _config.unset_fast("CUDNN_COMPAT_ENGINE", "CUDNN_COMPAT_CPU_FALLBACK")
+DEFAULTS_PARTS = _config.unset_parts("CUDNN_COMPAT_ENGINE", "CUDNN_COMPAT_CPU_FALLBACK")  # inlined by _core.call.run
 
 
 def get_plan(key, build_graph, place: str, mode: str = "A"):

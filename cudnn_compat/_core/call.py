@@ -142,9 +142,11 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     prep = _PREPARED[place].get(id(key))
     if prep is None or prep.owner is not key:
         prep = _by_value(place, key)
-    if prep is not None and prep.device == handle.device and not prep.plan.retired and _DEFAULTS():
+    if prep is not None and prep.device == handle.device and not prep.plan.retired \
+            and not _OV and _K_ENGINE not in _ENVIRON and _K_FALLBACK not in _ENVIRON:  # _DEFAULTS(), inlined
         if workspace_arg is None or _given(workspace, workspace_size) >= int(prep.plan.workspace_size):
-            plan = prep(tensors, scalars, handle.stream, _engine_workspace(place, workspace), workspace_size)
+            plan = prep(tensors, scalars, handle.stream,
+                        workspace if workspace is None else _engine_workspace(place, workspace), workspace_size)
             if plan is not None:
                 _LAST.plan = plan
                 return plan
@@ -222,6 +224,7 @@ _BY_VALUE: dict = {"cpu": {}, "gpu": {}}  # per place: key -> Prepared
 PREPARED_MAX = 1024
 _SEEN: dict = {}  # (place, key) -> True: the keys of general-path calls not prepared yet
 _DEFAULTS = planner.DEFAULTS_APPLY  # config.unset_fast: no forced engine, fallback on, no override
+_ENVIRON, (_K_ENGINE, _K_FALLBACK), _OV = planner.DEFAULTS_PARTS  # the same test in pieces, for run's steady path
 
 
 def _by_value(place: str, key: tuple):

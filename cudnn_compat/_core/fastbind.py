@@ -154,17 +154,20 @@ def _generate(plan, prog, nd, prior_offset: int, order=None):
                       f"        p{u} = p{base}",
                       "    else:",
                       "        b = e[0]"] + check
-        else:
-            lines += [f"    e = tensors.get({u})"]
-            if base in uids:
-                lines += ["    if e is None:", f"        e = tensors[{base}]"]
-            lines += ["    if e is None:", "        return None", "    b = e[0]"]
-            lines += [c[4:] for c in check]
+        elif base in uids:
+            lines += [f"    e = tensors.get({u})",
+                      "    if e is None:",
+                      f"        e = tensors[{base}]",
+                      "    b = e[0]"] + [c[4:] for c in check]
+        else:  # a tensor the caller must give (a missing one: KeyError, below)
+            lines += [f"    b = tensors[{u}][0]"] + [c[4:] for c in check]
     if order is not None:
         items = [f"p{u}" if u in uids else f"scalars[{u}]" for u in order]
         lines.append(f"    return ({', '.join(items)}{',' if len(items) == 1 else ''})")
     else:
         items = [f"{u}: p{u}" for u, *_ in tensors] + [f"{u}: scalars[{u}]" for u in scalars]
         lines.append(f"    return {{{', '.join(items)}}}")
+    # a tensor or scalar the call did not give: None (the general binding raises what it raises)
+    lines = [lines[0], "  try:"] + ["  " + ln for ln in lines[1:]] + ["  except KeyError:", "    return None"]
     name = f"<cudnn_compat {'values' if order is not None else 'binder'} {next(_SERIAL)}: {plan.config}>"
     return _generated.define(name, "\n".join(lines), ns, "values" if order is not None else "bind")

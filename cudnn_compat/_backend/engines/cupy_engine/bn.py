@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from .codegen import (BLOCK, INT32_LIMIT, ITEMSIZE, PREAMBLE, STORAGE, KernelSpec, bstrides, collapse, decompose,
+from .codegen import (BLOCK, EMU_TICKETS, INT32_LIMIT, ITEMSIZE, PREAMBLE, STORAGE, KernelSpec, bstrides, collapse, decompose,
                       lit, load_expr, max_offset, name_kernel, offset_expr, order_axes,
                       store_expr, tensors_compute_type)
 from .rowwise import RowOut, RowSpec, _typed, epilogue_code, load_into
@@ -44,13 +44,6 @@ COMBINE_LOADS = 32  # partial loads per thread the last block may need (its merg
 UNROLL = 4  # tiles whose loads a thread issues before using any
 MIN_K = 256  # inner-reduced with fewer elements per channel: the generic row kernels pack channels better
 
-EMU = r"""
-#ifdef CC_EMU
-static inline void __threadfence() {}
-static inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { unsigned int o = *p; *p += v; return o; }
-template <typename Q> static inline Q __ldcg(const Q* p) { return *p; }
-#endif
-"""
 
 
 class Layout:
@@ -120,7 +113,6 @@ def analyze(spec: RowSpec, coefs, vector: bool = True) -> "Layout | None":
     L.e_loads, L.e_stores, L.r_loads, L.r_stores = e_loads, e_stores, r_loads, r_stores
     L.elem, L.rows = elem, rows
     L.ksizes, L.rsizes = ksizes, rsizes
-    ne = len(elem)
     L.kst = {t.uid: kstr[i] for i, t in enumerate(elem + rows)}
     L.rst = {t.uid: rstr[i] for i, t in enumerate(elem)}
     L.M, L.K = math.prod(ksizes), math.prod(rsizes)
@@ -293,9 +285,9 @@ class _Gen:
         return ks
 
     def kernel(self, kind):
-        L, T, IDX = self.L, self.T, self.L.IDX
+        L = self.L
         params, args = self.params()
-        body = [PREAMBLE + EMU]
+        body = [PREAMBLE + EMU_TICKETS]
         body += self.vec_types()
         body.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({", ".join(params)}) {{')
         body += ["  " + x for x in self.head()]
@@ -386,7 +378,7 @@ class _Gen:
     def tile_loop(self, names, forward: bool, inner) -> list:
         """A walk over this block's tiles, UNROLL tiles per step (every load first).  ``names``:
         elem tensors loaded (as c<uid>[j][e]); ``inner(j)``: lines run for a valid tile j."""
-        L, T, SIDX, IDX = self.L, self.T, self.L.SIDX, self.L.IDX
+        L, SIDX, IDX = self.L, self.L.SIDX, self.L.IDX
         U = UNROLL
         ts = [self.L.e_loads[u] if u in self.L.e_loads else None for u in names]
         lines = [f"{IDX} oe{k}[{U}];" for k in self.keys.values()]
@@ -443,7 +435,6 @@ class _Gen:
                              f"{load_expr(t.dtype, f'p{t.uid}[ob{k} + ({IDX})e]', T)} : {T}(0);")
             else:
                 lines.append(f"const {T} f{t.uid} = {load_expr(t.dtype, f'p{t.uid}[ob{k}]', T)};")
-        vdim = f"[{V}]" if L.inner == "kept" else ""
         for v, init in sp.state:
             if L.inner == "kept":
                 lines.append(f"{T} a_{v}[{V}];")

@@ -63,6 +63,17 @@ template <typename S, typename T> static __device__ __forceinline__ S cc_to_int(
 }
 """
 
+# the CPU kernel emulator's stand-ins (tests/kernel_emu.py: the blocks of a launch run one after
+# another) for what kernels with a "last block" ticket use: bn.py's split reductions, the Rng
+# kernel's offset advance (rnn.py)
+EMU_TICKETS = r"""
+#ifdef CC_EMU
+static inline void __threadfence() {}
+static inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { unsigned int o = *p; *p += v; return o; }
+template <typename Q> static inline Q __ldcg(const Q* p) { return *p; }
+#endif
+"""
+
 
 # -- small helpers ---------------------------------------------------------------------
 

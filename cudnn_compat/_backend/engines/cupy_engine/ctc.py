@@ -25,10 +25,8 @@ log-sum-exps, one valid flag and one position chain per sample.
 """
 from __future__ import annotations
 
-import math
-
-from .codegen import INT32_LIMIT, PREAMBLE, KernelSpec, lit, load_expr, max_offset, name_kernel, store_expr
-from . import runtime
+from .codegen import INT32_LIMIT, PREAMBLE, KernelSpec, load_expr, max_offset, name_kernel, store_expr
+from .steps import ScratchRun
 
 KINDS = ("CTCLoss",)
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -46,45 +44,6 @@ def supports(op) -> "str | None":
     if 2 * lmax + 1 > MAX_S:
         return f"CTCLoss: label capacity {lmax} exceeds {(MAX_S - 1) // 2} (one thread per extended label)"
     return None
-
-
-class ScratchRun:
-    """Kernels launched in order with scratch buffers kept per (device, stream) and zeroed once
-    (``scratch``: name -> (element count, NumPy dtype name)); a traceable run (records.py): its
-    device work is exactly its launches.  ``emulate`` runs it on the CPU kernel emulator (tests)."""
-
-    traceable = True
-
-    def __init__(self, specs, scratch: dict, temps, guard=(), stored=()):
-        self.specs, self.scratch, self.temps = list(specs), dict(scratch), list(temps)
-        self.guard, self.stored = tuple(guard), tuple(stored)
-        self._bufs: dict = {}
-
-    def kernels(self) -> list:
-        return list(self.specs)
-
-    def _extra(self) -> dict:
-        cp = runtime.cupy()
-        key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
-        bufs = self._bufs.get(key)
-        if bufs is None:
-            bufs = self._bufs[key] = {k: cp.zeros(max(1, n), dtype=dt) for k, (n, dt) in self.scratch.items()}
-        return bufs
-
-    def run(self, env, ctx) -> None:
-        for t in self.temps:
-            if t.uid not in env:
-                env[t.uid] = runtime.empty(t)
-        if self.guard:
-            env = runtime.unalias(env, self.guard, self.stored)
-        extra = self._extra()
-        for spec in self.specs:
-            runtime.launch(spec, env, extra)
-
-    def emulate(self, env, emu, np) -> None:
-        extra = {k: np.zeros(max(1, n) + 8, dtype=dt) for k, (n, dt) in self.scratch.items()}
-        for spec in self.specs:
-            emu.launch(spec, [extra[a[1]] if a[0] == "extra" else env[a[1]] for a in spec.args])
 
 
 # CUDA helpers of the CTC kernels; ``bar.sync 1, n`` synchronizes the first n threads only (the

@@ -12,11 +12,11 @@ constants, written once) and, per launch, the CUfunction, grid, block, shared me
 
 ``FastPath.launcher`` makes the plan's ``launch(values, stream, ...)``, the engine's side of a
 prepared call (``_backend/prepared.py``; a closure, no generated source): take the values in
-``FastPath.order``, pick the record of (stream, alignment of the pointers that choose kernel
+``FastPath.order`` (device pointers as ints: what the callers' binders make of every buffer), pick the record of (stream, alignment of the pointers that choose kernel
 variants), reject overlapping guarded pairs, patch every variable slot with one
 ``struct.pack_into`` and launch through ``runtime.LAUNCH`` (CuPy's Cython cuLaunchKernel).  No
 dict is built, nothing is allocated.  It returns False (nothing launched) when there is no
-record yet, a pointer is not an int, a guarded input overlaps an output or a value does not pack
+record yet, a guarded input overlaps an output or a value does not pack
 (a float32 scalar out of range): the plan's ordinary execute then runs (and records, for a new
 stream or alignment).
 
@@ -29,7 +29,8 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
-from operator import itemgetter
+from functools import partial, reduce
+from operator import itemgetter, or_
 
 from ... import config
 from . import runtime
@@ -44,6 +45,7 @@ PACK_ERRORS = (struct.error, OverflowError, TypeError)
 # when the variable says 0 launches the record's kernels); a default of off: while the variable is
 # unset (config.unset_fast, one dict lookup) the launcher skips the table
 _GRAPHS_OFF = config.unset_fast("CUDNN_COMPAT_CUPY_GRAPHS")
+_GRAPHS_PARTS = config.unset_parts("CUDNN_COMPAT_CUPY_GRAPHS")  # the same test in pieces, inlined by the launcher
 
 
 def _ALWAYS_ON() -> bool:
@@ -140,9 +142,11 @@ class Tracer:
 
 
 class Record:
-    """The precomputed launches of one traced execute: (argument buffer, launches, count)."""
+    """The precomputed launches of one traced execute: (argument buffer, launches, count, fires);
+    ``fires``: per launch (cuLaunchKernel with everything but the stream and kernelParams bound,
+    kernelParams), what the launcher calls (one C call a launch, no unpacking in Python)."""
 
-    __slots__ = ("buf", "launches", "n", "keep", "params")
+    __slots__ = ("buf", "launches", "n", "keep", "params", "fires")
 
     def __init__(self, tracer: Tracer):
         nv = len(tracer.layout.vars)
@@ -169,6 +173,8 @@ class Record:
                              ctypes.addressof(arr)))
         self.launches = tuple(launches)
         self.n = len(launches)
+        lk = runtime.launcher()
+        self.fires = tuple((partial(lk, *la[:8]), la[8]) for la in launches)
         self.keep = (tracer.keep, [t[0] for t in tracer.launches])  # temps, scratch; kernels (their modules)
 
 
@@ -190,7 +196,7 @@ class FastPath:
 
     def __init__(self, layout: Layout, align_uids: tuple, spans: dict):
         self.layout, self.align, self.spans = layout, tuple(align_uids), spans
-        self.records: dict = {}  # (stream, alignment outcome) -> (buf, launches, n)
+        self.records: dict = {}  # (stream, alignment outcome) -> (buf, launches, n, fires)
         self.graphs: dict = {}  # (stream, variable values...) -> 0 (seen once), graphExec (> 0) or -1
         self.guards: set = set()
         self.unseen = 0  # new graph keys since a key came back
@@ -211,7 +217,7 @@ class FastPath:
                 self._owned.pop(k, None)
                 self._drop_graphs(lambda gk, s=k[0]: gk[0] == s)
             self._owned[tracer.key] = rec
-            recs[tracer.key] = (rec.buf, rec.launches, rec.n)
+            recs[tracer.key] = (rec.buf, rec.launches, rec.n, rec.fires)
             if self.launch is None or not tracer.guards <= self.guards:
                 self.guards |= tracer.guards
                 self.launch = self.launcher()
@@ -283,24 +289,21 @@ class FastPath:
         else:
             select = itemgetter(*pack_idx)
         align = tuple(pos[u] for u in self.align)
+        # the OR of the pointers that choose kernel variants: one C call (``low & 15``: all 16-byte aligned)
+        a0, pick = (align[0] if align else None), (itemgetter(*align) if len(align) > 1 else None)
         guards = tuple((pos[u], pos[s], self.spans[u], self.spans[s]) for u, s in sorted(self.guards))
-        checked = tuple(dict.fromkeys(align + tuple(i for g in guards for i in g[:2])))
         recs, pack, lk, lock, table = self.records, self.layout.pack, runtime.launcher(), self.lock, self.graphs
         cur, counter = current_stream_function(), runtime.LAUNCHES
-        graphs_off = None if _GRAPHS_OFF is _ALWAYS_ON else _GRAPHS_OFF  # None: the graph table, always
+        table_always = _GRAPHS_OFF is _ALWAYS_ON  # a default of on: the graph table, always
+        genv, (gkey,), gov = _GRAPHS_PARTS  # ``_GRAPHS_OFF()`` is ``gkey not in genv and not gov``
         direct = self.direct
         gr = _graphs.graphs()
         glaunch, capturing, note, capture = gr.launch_function(), gr.capturing, self.note, self.capture
 
         def launch(values, stream, workspace=None, workspace_size=0):
             sptr = cur() if stream is None else (stream if type(stream) is int else stream.ptr)
-            for i in checked:
-                if type(values[i]) is not int:
-                    return False
             if align:
-                low = 0
-                for i in align:
-                    low |= values[i]
+                low = values[a0] if pick is None else reduce(or_, pick(values))
                 rec = recs.get((sptr, tuple([values[i] & 15 == 0 for i in align]) if low & 15 else True))
             else:
                 rec = recs.get((sptr, True))
@@ -310,14 +313,14 @@ class FastPath:
                 if values[i] < values[j] + sj and values[j] < values[i] + si:
                     return False
             v = values if select is None else select(values)
-            if direct[0] or (graphs_off is not None and graphs_off()):
+            if direct[0] or (not table_always and gkey not in genv and not gov):
                 with lock:
                     try:
                         pack(rec[0], 0, *v)
                     except PACK_ERRORS:
                         return False
-                    for f, gx, gy, gz, bx, by, bz, shm, pa in rec[1]:
-                        lk(f, gx, gy, gz, bx, by, bz, shm, sptr, pa, 0)
+                    for fire, pa in rec[3]:
+                        fire(sptr, pa, 0)
                 counter[0] += rec[2]
                 return True
             gk = (sptr, v)
@@ -327,7 +330,7 @@ class FastPath:
                     glaunch(g, sptr)
                     self.unseen = 0
                 else:
-                    buf, launches, _n = rec
+                    buf, launches, _n, _f = rec
                     try:
                         pack(buf, 0, *v)
                     except PACK_ERRORS:

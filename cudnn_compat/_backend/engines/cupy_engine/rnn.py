@@ -14,8 +14,9 @@ H = 512 (4 MiB of LSTM fp32 weights), so the GEMM + cell pair stays.
 ``Rng``: one thread per Philox4x32-10 block of 4 mask elements, exactly the reference's
 counter layout and threshold (bit-identical masks); the element-wise ops on the mask that follow
 it (dropout's y = x * scale * mask, the RNN's dropped layer input) run in the same kernel as its
-epilogue (``grouping.STORED_EPILOGUE_KINDS``: the mask is stored too); a second 1-thread kernel
-advances the offset, so ``offset_out`` may alias ``offset``.
+epilogue (``grouping.STORED_EPILOGUE_KINDS``: the mask is stored too), and the last block to
+finish advances the offset (a ticket counter kept per stream), so ``offset_out`` may alias
+``offset`` and a dropout forward is one launch.
 
 Programs are also run by the tests on the CPU (tests/test_rnn_gpu_program.py: GEMMs in NumPy,
 kernels through tests/kernel_emu.py), which checks the step sequencing and every kernel's
@@ -29,11 +30,11 @@ import numpy as np
 
 from ...math_policy import gemm_compute
 from ...ops.rnn import GATES, is_padded, row_map, rows_of
-from .codegen import (PREAMBLE, STORAGE, KernelSpec, _params, _scalar_env, bstrides, emit_chain, load_expr, name_kernel,
+from .codegen import (EMU_TICKETS, PREAMBLE, STORAGE, KernelSpec, _params, _scalar_env, bstrides, emit_chain, load_expr, name_kernel,
                       store_expr)
 from .cublas import Gemm
 from .program import Launch, Program, ProgramRun
-from .steps import KernelRun, PyRun
+from .steps import KernelRun, PyRun, ScratchRun
 
 KINDS = ("RNNRecurrence", "RNNRecurrenceBackward", "Rng")
 BLOCK = 256
@@ -89,8 +90,8 @@ class _Params:
         self.args.append(("scalar", role))
 
 
-def _spec(prefix: str, params: _Params, body: str, threads: int, gy: int = 1) -> KernelSpec:
-    src = PREAMBLE + f'extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({", ".join(params.decls)}) {{\n' \
+def _spec(prefix: str, params: _Params, body: str, threads: int, gy: int = 1, prelude: str = "") -> KernelSpec:
+    src = PREAMBLE + prelude + f'extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({", ".join(params.decls)}) {{\n' \
         + body + "}\n"
     name, src = name_kernel(prefix, src)
     grid = (max(1, -(-threads // BLOCK)), gy, 1)
@@ -553,15 +554,24 @@ def _mask_store(dtype: str) -> str:
     return f"({STORAGE[dtype]})(keep ? 1 : 0)"
 
 
+RNG_SCRATCH = {"cnt": (1, "uint32")}  # the mask kernel's ticket counter, per (device, stream) (steps.ScratchRun)
+
+
 def rng_specs(op, epilogue=None) -> list:
-    """[mask kernel, offset kernel (if offset_out)] for an Rng op.  ``epilogue``: the element-wise
-    ops on the mask that follow it (a FusedGroup: dropout's y = x * scale * mask), applied per
-    element by the mask kernel, which still stores the mask (one kernel for both, the same
-    arithmetic as the element-wise kernel it replaces)."""
+    """[the mask kernel] for an Rng op.  ``epilogue``: the element-wise ops on the mask that follow
+    it (a FusedGroup: dropout's y = x * scale * mask), applied per element by the mask kernel,
+    which still stores the mask (one kernel for both, the same arithmetic as the element-wise
+    kernel it replaces).  With ``offset_out`` (which may alias ``offset``: dropout's states
+    advance in place) the kernel also advances the offset: every block reads ``offset`` first,
+    then takes a ticket (``cnt``, an ``("extra", "cnt", "ptr")`` argument: a zeroed counter kept
+    per stream, ``RNG_SCRATCH``); the block with the last ticket has seen every other block's
+    read done, writes ``offset_out`` and sets the counter back to 0 for the next launch (work on
+    one stream is ordered, so launches never share a count)."""
     a = op.attrs
     y = op.outputs["y"]
     numel = int(np.prod(y.dims))
     nblk = -(-numel // 4)
+    advance = "offset_out" in op.outputs
     p = _Params()
     p.ptr("int", "seed", "seed", const=True)
     p.ptr("int", "offset", "offset", const=True)
@@ -569,7 +579,7 @@ def rng_specs(op, epilogue=None) -> list:
     args = [("buf", op.inputs["seed"].uid), ("buf", op.inputs["offset"].uid), ("buf", y.uid)]
     coords = []  # the element's coordinates over y's dims, innermost first
     for k in range(len(y.dims) - 1, -1, -1):
-        coords.append(f"    const long long i{k} = rem % {y.dims[k]}LL; rem /= {y.dims[k]}LL;")
+        coords.append(f"      const long long i{k} = rem % {y.dims[k]}LL; rem /= {y.dims[k]}LL;")
 
     def offset(strides) -> str:
         return " + ".join([f"i{k} * {s}LL" for k, s in enumerate(strides) if s] or ["0LL"])
@@ -581,52 +591,57 @@ def rng_specs(op, epilogue=None) -> list:
         args += more
         env = {y.uid: f"(keep ? {T}(1) : {T}(0))", **_scalar_env(epilogue)}
         for uid, t in epilogue.loads.items():
-            epi.append(f"    const {T} l{uid} = {load_expr(t.dtype, f'p{uid}[{offset(bstrides(t, y.dims))}]', T)};")
+            epi.append(f"      const {T} l{uid} = {load_expr(t.dtype, f'p{uid}[{offset(bstrides(t, y.dims))}]', T)};")
             env[uid] = f"l{uid}"
-        epi += ["    " + line for line in emit_chain(epilogue.prologue, env, T)]
-        epi += [f"    p{uid}[{offset(t.strides)}] = {store_expr(t.dtype, env[uid], T)};"
+        epi += ["      " + line for line in emit_chain(epilogue.prologue, env, T)]
+        epi += [f"      p{uid}[{offset(t.strides)}] = {store_expr(t.dtype, env[uid], T)};"
                 for uid, t in epilogue.stores.items()]
-    body = f"""  const long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (q >= {nblk}LL) return;
-  const unsigned long long base = ((unsigned long long)(unsigned int)offset[1] << 32) | (unsigned int)offset[0];
-  const unsigned long long blk = base + {int(a.get('block_offset', 0))}ULL + (unsigned long long)q;
-  unsigned int c0 = (unsigned int)blk, c1 = (unsigned int)(blk >> 32), c2 = 0u, c3 = 0u;
-  unsigned int k0 = (unsigned int)seed[0], k1 = (unsigned int)seed[1];
-  for (int r = 0; r < 10; ++r) {{
-    if (r) {{ k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }}
-    const unsigned long long m0 = 0xD2511F53ull * (unsigned long long)c0;
-    const unsigned long long m1 = 0xCD9E8D57ull * (unsigned long long)c2;
-    const unsigned int n0 = (unsigned int)(m1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(m0 >> 32) ^ c3 ^ k1;
-    c0 = n0; c1 = (unsigned int)m1; c2 = n2; c3 = (unsigned int)m0;
-  }}
-  const unsigned int words[4] = {{c0, c1, c2, c3}};
-  for (int lane = 0; lane < 4; ++lane) {{
-    const long long e = q * 4 + lane;
-    if (e >= {numel}LL) break;
-    const bool keep = (unsigned long long)words[lane] >= {keep_threshold(a['drop_probability'])}ULL;
-    long long rem = e;
-{chr(10).join(coords)}
-    y[{offset(y.strides)}] = {_mask_store(y.dtype)};
-{chr(10).join(epi)}
-  }}
-"""
-    mask = _spec("rng" if epilogue is None else "rngapply", p, body, nblk)
-    mask.args = args
-    specs = [mask]
-    if "offset_out" in op.outputs:
-        q = _Params()
-        q.ptr("int", "offset", "offset", const=True)
-        q.ptr("int", "offset_out", "offset_out")
+    tail = ""
+    if advance:
+        p.decls += ["int* offset_out", "unsigned int* cnt"]
+        args += [("buf", op.outputs["offset_out"].uid), ("extra", "cnt", "ptr")]
         adv = int(a.get("advance", nblk))
-        body = f"""  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  const unsigned long long v = (((unsigned long long)(unsigned int)offset[1] << 32) | (unsigned int)offset[0]) + {adv}ULL;
-  offset_out[0] = (int)(unsigned int)v;
-  offset_out[1] = (int)(unsigned int)(v >> 32);
+        tail = f"""  // the offset advance: the block holding the last ticket writes it (every block read offset above)
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    __threadfence();
+    if (atomicAdd(cnt, 1u) == gridDim.x - 1u) {{
+      const unsigned long long v = base + {adv}ULL;
+      offset_out[0] = (int)(unsigned int)v;
+      offset_out[1] = (int)(unsigned int)(v >> 32);
+      cnt[0] = 0u;  // ready for the next launch
+    }}
+  }}
 """
-        adv_spec = _spec("rngadvance", q, body, 1)
-        adv_spec.args = [("buf", op.inputs["offset"].uid), ("buf", op.outputs["offset_out"].uid)]
-        specs.append(adv_spec)
-    return specs
+    body = f"""  const long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned long long base = ((unsigned long long)(unsigned int)offset[1] << 32) | (unsigned int)offset[0];
+  if (q < {nblk}LL) {{
+    const unsigned long long blk = base + {int(a.get('block_offset', 0))}ULL + (unsigned long long)q;
+    unsigned int c0 = (unsigned int)blk, c1 = (unsigned int)(blk >> 32), c2 = 0u, c3 = 0u;
+    unsigned int k0 = (unsigned int)seed[0], k1 = (unsigned int)seed[1];
+    for (int r = 0; r < 10; ++r) {{
+      if (r) {{ k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }}
+      const unsigned long long m0 = 0xD2511F53ull * (unsigned long long)c0;
+      const unsigned long long m1 = 0xCD9E8D57ull * (unsigned long long)c2;
+      const unsigned int n0 = (unsigned int)(m1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(m0 >> 32) ^ c3 ^ k1;
+      c0 = n0; c1 = (unsigned int)m1; c2 = n2; c3 = (unsigned int)m0;
+    }}
+    const unsigned int words[4] = {{c0, c1, c2, c3}};
+    for (int lane = 0; lane < 4; ++lane) {{
+      const long long e = q * 4 + lane;
+      if (e >= {numel}LL) break;
+      const bool keep = (unsigned long long)words[lane] >= {keep_threshold(a['drop_probability'])}ULL;
+      long long rem = e;
+{chr(10).join(coords)}
+      y[{offset(y.strides)}] = {_mask_store(y.dtype)};
+{chr(10).join(epi)}
+    }}
+  }}
+{tail}"""
+    src_emu = EMU_TICKETS if advance else ""
+    mask = _spec("rng" if epilogue is None else "rngapply", p, body, nblk, prelude=src_emu)
+    mask.args = args
+    return [mask]
 
 
 # -- the engine's entry points ------------------------------------------------------------------------
@@ -636,9 +651,8 @@ def build(step) -> list:
     if op.kind == "Rng":
         y = op.outputs["y"]
         specs = rng_specs(op, step.epilogues.get("y"))
-        runs = [KernelRun([specs[0]], [y] if y.is_virtual else [])]
-        runs += [KernelRun([s]) for s in specs[1:]]
-        return runs
+        temps = [y] if y.is_virtual else []
+        return [ScratchRun(specs, RNG_SCRATCH, temps) if "offset_out" in op.outputs else KernelRun(specs, temps)]
     prog = forward_program(op) if op.kind == "RNNRecurrence" else backward_program(op)
     runner = ProgramRun(prog, op)
     return [PyRun(runner.run, runner.kernels(), pointers=True, launcher=runner.launcher)]  # reads addresses

@@ -23,10 +23,9 @@ import math
 from ...ir import packed_strides
 from .codegen import (BLOCK, INT32_LIMIT, PREAMBLE, STORAGE, KernelSpec, bstrides, decompose, lit, load_expr,
                       max_offset, name_kernel, offset_expr, order_axes, store_expr, tensors_compute_type)
-from .ctc import ScratchRun
 from .rowwise import RowOut, epilogue_code, load_into
 from .stencil import StencilSpec, stencil_kernel
-from .steps import KernelRun
+from .steps import KernelRun, ScratchRun
 
 KINDS = ("SpatialTfSamplerForward", "SpatialTfSamplerBackward")
 # output roles whose following element-wise ops (the legacy blend) the kernels apply themselves
@@ -167,7 +166,6 @@ def _backward(step) -> list:
         params.append(f"{A}* acc")
         args.append(("extra", "acc", "ptr"))
     npts = N * H * W
-    gd = grid.dims
     order = order_axes([0, 1, 2], tuple(dy.strides[i] for i in (0, 2, 3)))  # (n, h, w) in dy's memory order
     sizes = [(N, H, W)[a] for a in order]
 
