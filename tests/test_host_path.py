@@ -897,3 +897,47 @@ def test_a_record_whose_calls_never_repeat_stops_keying_graphs(emu, rng, monkeyp
         np.testing.assert_allclose(st["y"], alpha * np.maximum(st["x"], 0), rtol=1e-6)
     path = cc._core.call.last_plan()._path
     assert path.direct[0] and not path.graphs and emu.graph_launches == 0
+
+
+def test_the_plan_cache_counts_from_zero_after_a_clear():
+    """A prepared call counts its hit through the counter's own method, kept across ``clear`` (which
+    makes the counts start again from zero rather than replacing the counter a prepared call holds)."""
+    from cudnn_compat._backend import plan_cache, prepared
+    class Plan:  # what the cache asks of a plan it retires
+        _released, _users, retired = False, 0, False
+
+        def release(self):
+            pass
+    c, plan = plan_cache.PlanCache(4), Plan()
+    c.put(("k",), plan)
+    hit = c.hit  # what a prepared call keeps
+    assert c.get(("k",)) is plan and c.get(("other",)) is None
+    hit()
+    assert (c.hits, c.misses) == (2, 1)
+    c.clear()
+    assert (c.hits, c.misses) == (0, 0)
+    hit()
+    c.get(("k",))
+    assert (c.hits, c.misses) == (1, 1)
+    assert prepared._HIT == plan_cache.CACHE.hit  # the shared cache's counter, as the prepared calls count it
+
+
+def test_a_binder_gives_none_for_a_tensor_or_scalar_the_call_lacks(emu, rng):
+    """The generated binders index the tensors a plan needs; a call that lacks one (or a scalar)
+    gets None, and the general binding then says what is wrong (not a KeyError from generated code)."""
+    from cudnn_compat._core import fastbind
+    h = emu.handle()
+    ins, outs, call = case_act_fwd(rng)
+    dev = _dev(_f32({**ins, **outs}))
+    for _ in range(3):
+        call(h, dev, 1.0, 0.0)
+    plan = cc._core.call.last_plan()
+    ext = plan.graph.external_inputs() + plan.graph.external_outputs()
+    tensors = {t.uid: (dev[t.name], t.name) for t in ext if not t.is_by_value}
+    scalars = {t.uid: 1.0 for t in ext if t.is_by_value}
+    assert sorted(name for _, name in tensors.values()) == ["x", "y"] and len(scalars) == 1
+    for bind in (fastbind.values(plan), fastbind.binder(plan)):
+        assert bind(tensors, scalars) is not None  # everything given: the values
+        for uid in list(tensors) + list(scalars):
+            assert bind({u: v for u, v in tensors.items() if u != uid},
+                        {u: v for u, v in scalars.items() if u != uid}) is None, uid
