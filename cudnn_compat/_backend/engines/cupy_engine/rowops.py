@@ -18,7 +18,7 @@ from __future__ import annotations
 from . import runtime
 from .rowwise import RowOut, RowSpec, row_kernels, sum_merge
 from .softmax_kernels import softmax_kernels
-from .steps import KernelRun
+from .steps import KernelRun, ScratchRun
 
 KINDS = ("Softmax", "SoftmaxBackward", "NormForward", "NormBackward")
 
@@ -67,38 +67,22 @@ def _scalar(op, name):
     return op.inputs[name] if name in op.inputs else float(op.attrs[name])
 
 
-class BnRun:
+class BnRun(ScratchRun):
     """Batch norm through ``bn``: one kernel or a stats/apply pair, the 16-byte vector variant
     when every element pointer is aligned, else the scalar one.  The scratch (per-channel
-    coefficients, per-block partials, self-resetting ticket counters) is kept per stream, so a
-    cached call allocates nothing; work on one stream is ordered, so the pair never races with
-    itself."""
+    coefficients, per-block partials, self-resetting ticket counters; ``scratch``: their byte
+    sizes) is a ``ScratchRun``'s, kept per stream, so a cached call allocates nothing; work on one
+    stream is ordered, so the pair never races with itself."""
 
     def __init__(self, variants, scratch, temps, guard, stored):
-        self.variants, self.scratch, self.temps = variants, scratch, temps
-        self.guard, self.stored = guard, stored
-        self._bufs = {}
+        super().__init__([], {"cnt": (scratch["cnt"] // 4, "uint32"), "ws": (scratch["ws"] // 4, "float32")},
+                         temps, guard, stored)
+        self.variants, self.scratch = variants, scratch
 
     def kernels(self):
         return [k for v in self.variants for k in v]
 
-    def _extra(self):
-        cp = runtime.cupy()
-        key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
-        bufs = self._bufs.get(key)
-        if bufs is None:
-            cnt = cp.zeros(max(1, self.scratch["cnt"] // 4), dtype=cp.uint32)
-            ws = cp.empty(max(1, self.scratch["ws"] // 4), dtype=cp.float32)
-            bufs = self._bufs[key] = {"cnt": cnt, "ws": ws}
-        return bufs
-
-    def run(self, env, ctx):
-        for t in self.temps:
-            if t.uid not in env:
-                env[t.uid] = runtime.empty(t)
-        if self.guard:
-            env = runtime.unalias(env, self.guard, self.stored)
-        extra = self._extra()
+    def launch_all(self, env, extra):
         for specs in self.variants:
             if not specs[0].aligned or runtime.aligned(env, specs[0].aligned):
                 for spec in specs:

@@ -64,12 +64,15 @@ class PyRun:
 class ScratchRun:
     """Kernels launched in order with scratch buffers kept per (device, stream) and zeroed once
     (``scratch``: name -> (element count, NumPy dtype name)); a traceable run (records.py): its
-    device work is exactly its launches.  ``emulate`` runs it on the CPU kernel emulator (tests)."""
+    device work is exactly its launches.  ``launch_all`` is what runs once the temps, the unaliased
+    inputs and the scratch are there (``rowops.BnRun`` picks a kernel variant there).  ``emulate``
+    runs it on the CPU kernel emulator (tests)."""
 
     traceable = True
 
     def __init__(self, specs, scratch: dict, temps, guard=(), stored=()):
-        self.specs, self.scratch, self.temps = list(specs), dict(scratch), list(temps)
+        self.specs, self.temps = list(specs), list(temps)
+        self.scratch = self._buffers = dict(scratch)  # _buffers: what ``_extra`` allocates (a subclass may describe its scratch otherwise)
         self.guard, self.stored = tuple(guard), tuple(stored)
         self._bufs: dict = {}
 
@@ -81,7 +84,7 @@ class ScratchRun:
         key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
         bufs = self._bufs.get(key)
         if bufs is None:
-            bufs = self._bufs[key] = {k: cp.zeros(max(1, n), dtype=dt) for k, (n, dt) in self.scratch.items()}
+            bufs = self._bufs[key] = {k: cp.zeros(max(1, n), dtype=dt) for k, (n, dt) in self._buffers.items()}
         return bufs
 
     def run(self, env, ctx) -> None:
@@ -90,12 +93,14 @@ class ScratchRun:
                 env[t.uid] = runtime.empty(t)
         if self.guard:
             env = runtime.unalias(env, self.guard, self.stored)
-        extra = self._extra()
+        self.launch_all(env, self._extra())
+
+    def launch_all(self, env, extra) -> None:
         for spec in self.specs:
             runtime.launch(spec, env, extra)
 
     def emulate(self, env, emu, np) -> None:
-        extra = {k: np.zeros(max(1, n) + 8, dtype=dt) for k, (n, dt) in self.scratch.items()}
+        extra = {k: np.zeros(max(1, n) + 8, dtype=dt) for k, (n, dt) in self._buffers.items()}
         for spec in self.specs:
             emu.launch(spec, [extra[a[1]] if a[0] == "extra" else env[a[1]] for a in spec.args])
 
