@@ -60,6 +60,23 @@ def test_benchmark_shapes_take_the_fast_vector_layout(dt, layout, inner, V, spli
     assert run.scratch["ws"] <= 4 * 1024 * 1024 and run.scratch["cnt"] >= 4 * L.ngroups  # the max over variants
 
 
+@pytest.mark.parametrize("dt, C, HW, single", [
+    ("float16", 2048, 7, True), ("float16", 1024, 14, True), ("float16", 512, 28, True), ("float16", 128, 28, True),
+    ("float32", 256, 14, True), ("float16", 64, 56, False), ("float16", 64, 112, False)])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_batch_one_layers_take_one_kernel(dt, C, HW, single, which):
+    """ResNet-50's layers at batch 1 (NHWC): where a block can walk its channels in FULL_TILES
+    tiles, one kernel, no partials or counters (a launch less per call); 56x56 and up, and every
+    layer at batch 32, keep the stats/apply pair."""
+    for n, want in ((1, single), (32, False)):
+        run = _bn_run(dt, "NHWC", (n, C, HW, HW), which)
+        L = run.variants[0][0].layout
+        assert L.split is not want and len(run.variants[0]) == (1 if want else 2), (n, L.grid)
+        if want:
+            assert L.NT <= bn.FULL_TILES and L.G == 1 and run.scratch["cnt"] == 0
+            assert L.TX * L.V * L.CGI >= C and L.TY * L.NT >= n * HW * HW  # the grid covers every element
+
+
 def test_many_channels_need_no_partials_and_few_elements_fall_back():
     run = _bn_run("float16", "NHWC", (8, 64, 56, 56), axes=(0,))  # per activation: 200k channels, one kernel
     assert isinstance(run, BnRun) and [len(v) for v in run.variants] == [1, 1]
@@ -206,19 +223,26 @@ def _emulated(g, variant, seed=3, nan=False):
     return out
 
 
-EMU_BN = [  # dt, layout, shape, split, graph (0 forward, 2 backward saved, 3 recomputed), variant (0 vector, 1 scalar)
-    ("float32", "NHWC", (16, 24, 6, 5), True, 0, 0), ("float32", "NHWC", (16, 24, 6, 5), True, 3, 1),
-    ("float16", "NCHW", (4, 3, 16, 40), True, 0, 1), ("float16", "NCHW", (4, 3, 16, 40), True, 2, 0),
-    ("float64", "strided", (4, 4, 6, 40), False, 0, 0), ("float64", "strided", (4, 4, 6, 40), False, 3, 1),
-    ("float32", "NHWC", (16, 24, 6, 5), False, 2, 0)]
+EMU_BN = [  # dt, layout, shape, geometry, graph (0 forward, 2 backward saved, 3 recomputed), variant (0 vector, 1 scalar)
+    ("float32", "NHWC", (16, 24, 6, 5), "split", 0, 0), ("float32", "NHWC", (16, 24, 6, 5), "split", 3, 1),
+    ("float16", "NCHW", (4, 3, 16, 40), "split", 0, 1), ("float16", "NCHW", (4, 3, 16, 40), "split", 2, 0),
+    ("float64", "strided", (4, 4, 6, 40), "single", 0, 0), ("float64", "strided", (4, 4, 6, 40), "single", 3, 1),
+    ("float32", "NHWC", (16, 24, 6, 5), "single", 2, 0),
+    # batch 1: one kernel by FULL_TILES, the knobs as shipped
+    ("float16", "NHWC", (1, 64, 14, 14), "small", 0, 0), ("float16", "NHWC", (1, 64, 14, 14), "small", 2, 0),
+    ("float32", "NHWC", (1, 40, 7, 7), "small", 3, 0), ("float32", "NHWC", (1, 40, 7, 7), "small", 0, 1)]
 
 
-@pytest.mark.parametrize("dt, layout, shape, split, which, variant", EMU_BN)
-def test_bn_kernels_on_the_cpu_emulator(monkeypatch, dt, layout, shape, split, which, variant):
+@pytest.mark.parametrize("dt, layout, shape, geometry, which, variant", EMU_BN)
+def test_bn_kernels_on_the_cpu_emulator(monkeypatch, dt, layout, shape, geometry, which, variant):
     """Forward (running averages, ReLU, beta != 0) and backward (saved and recomputed statistics),
-    vector and scalar variants, split into a stats/apply pair or one kernel."""
-    monkeypatch.setattr(bn, "TARGET_BLOCKS", 8 if split else 1)
-    monkeypatch.setattr(bn, "MIN_BLOCKS", 4 if split else 1)
+    vector and scalar variants, split into a stats/apply pair or one kernel (forced by the block
+    targets, or a batch-1 shape's own geometry)."""
+    split = geometry == "split"
+    if geometry != "small":
+        monkeypatch.setattr(bn, "TARGET_BLOCKS", 8 if split else 1)
+        monkeypatch.setattr(bn, "MIN_BLOCKS", 4 if split else 1)
+        monkeypatch.setattr(bn, "FULL_TILES", 0 if split else bn.FULL_TILES)
     run = _runs(list(bn_graphs(dt, layout, shape))[which])[0]
     assert isinstance(run, BnRun) and len(run.variants) == 2
     assert len(run.variants[variant]) == (2 if split else 1)

@@ -532,9 +532,9 @@ def test_cuda_graphs_off_by_env_keyed_by_by_value_scalars(fake_cudnn, monkeypatc
     assert q._cuda_graphs is None
 
 
-def _vp(data):
+def _vp(data, workspace=None, workspace_size=0):
     from cudnn_compat._backend.engines.base import VariantPack
-    return VariantPack(data)
+    return VariantPack(data, workspace, workspace_size)
 
 
 class _Native:
@@ -1207,6 +1207,78 @@ def test_describe_and_knob_space_read_arrays_through_all_descriptors():
     for fn in (cfgsel.describe, cfgsel.knob_space):
         src = inspect.getsource(fn)
         assert "all_descriptors(" in src and ".count(" not in src, fn.__name__
+
+
+def _values(plan, x, w, y, alpha=1.0, beta=1.0):
+    """A prepared call's values in ``plan.launch_order`` (the prior output is y's buffer)."""
+    by = {1: x, 2: w, 3: y, 5003: y, ALPHA: alpha, BETA: beta}
+    return tuple(by[u] for u in plan.launch_order)
+
+
+def test_replay_table_launches_seen_calls_and_forgets_what_goes_away(fake_cudnn, monkeypatch):
+    """The launcher's first look: a call whose graph was captured is one graph launch without
+    ``_run``; other pointers, scalars, a workspace other than the one captured, or a stream the
+    caller is capturing go through ``_run``; a graph dropped from the LRU or by ``release`` is
+    never launched from the table."""
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
+    plan, executes, _ = fake_cudnn
+    rt = plan.rt
+    runs = []
+    real_run = plan_mod.CudnnPlan._run
+    monkeypatch.setattr(plan_mod.CudnnPlan, "_run", lambda self, *a: runs.append(a[0]) or real_run(self, *a))
+    v = _values(plan, 0x1000, 0x2000, 0x3000)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # executed
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # captured, launched: now in the table
+    assert list(plan._replay) == [(v, 0)] and len(rt.launches) == 1
+    del runs[:]
+    for _ in range(3):
+        assert plan.launch(v, None)
+    assert not runs and len(rt.launches) == 4 and {e for e, _s in rt.launches} == {plan._replay[(v, 0)][0]}
+    # other values: _run (a pack not made yet: the prepared call declines, nothing runs)
+    for other in (_values(plan, 0x1000, 0x2000, 0x4000), _values(plan, 0x1000, 0x2000, 0x3000, 2.0)):
+        assert not plan.launch(other, None)
+    assert len(runs) == 2 and len(executes) == 1 and len(rt.launches) == 4
+    # the caller capturing that stream: _run, which executes into the caller's capture
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
+    assert (v, 0x5150) in plan._replay
+    rt.user_capturing.add(0x5150)
+    n_exec, n_launch = len(executes), len(rt.launches)
+    assert plan.launch(v, 0x5150)
+    assert len(executes) == n_exec + 1 and len(rt.launches) == n_launch
+    rt.user_capturing.clear()
+    # the LRU drops the oldest graph: the table is emptied, no destroyed graph is launched again
+    for k in range(plan_mod.GRAPHS):
+        for _ in range(2):
+            plan.execute(_pack(0x1000, 0x2000, 0x100000 * (k + 1)), None)
+    assert rt.destroyed_execs and len(plan._replay) < plan_mod.GRAPHS
+    n_launch = len(rt.launches)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    plan.launch(v, None)
+    assert not {e for e, _s in rt.launches[n_launch:]} & set(rt.destroyed_execs)
+    plan.release()
+    assert not plan._replay and not plan.launch(v, None)
+
+
+def test_replay_table_checks_the_workspace(fake_cudnn):
+    """A plan that needs a workspace: the graph captured with the caller's workspace A is replayed
+    for A only; workspace B (or one too small) goes through ``_run`` and its own pack."""
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
+    plan, executes, _ = fake_cudnn
+    base = _FakeDesc("EXECUTION_PLAN")
+    p = plan_mod.CudnnPlan(plan.graph, plan.config, plan.spec, 77, _Native(), base, 256, [base],
+                           plan.spec.representative())
+    rt = plan.rt
+    v = _values(p, 0x1000, 0x2000, 0x3000)
+    for _ in range(2):
+        p.execute(_vp({1: 0x1000, 2: 0x2000, 3: 0x3000, 5003: 0x3000, ALPHA: 1.0, BETA: 1.0}, 0x7000, 256), None)
+    assert list(p._replay.values())[0][1:] == (256, 0x7000) and len(rt.launches) == 1
+    assert p.launch(v, None, 0x7000, 512) and len(rt.launches) == 2  # A, large enough: replayed
+    assert not p.launch(v, None, 0x8000, 256)  # B: its pack is not made yet (the general path makes it)
+    n = len(executes)
+    p.execute(_vp({1: 0x1000, 2: 0x2000, 3: 0x3000, 5003: 0x3000, ALPHA: 1.0, BETA: 1.0}, 0x8000, 256), None)
+    assert len(executes) == n + 1 and len(rt.launches) == 2  # executed with B, not A's graph
+    p.release()
 
 
 def test_cuda_graphs_stop_for_calls_that_never_come_back(fake_cudnn):

@@ -13,7 +13,9 @@ cost of cudnnBackendExecute (~10 us on an H100 host) dominates a cached call, so
 call with the same native plan, variant pack (data pointers, workspace), stream and by-value
 scalar values (a graph fixes them as captured) captures
 that execute into a CUDA graph (``engines.graphs``, the engines' one capture: a side stream) and every
-later such call is one cudaGraphLaunch on the caller's stream.  The kernels read and write
+later such call is one cudaGraphLaunch on the caller's stream, found by the prepared call's
+launcher in one lookup of (values, stream) (the replay table, emptied whenever a graph or the
+scratch it used goes away).  The kernels read and write
 the same buffers at run time, so results are those of the execute; calls on a stream that is
 itself being captured execute directly; an execute that cannot be captured falls back to direct
 execution for that (plan, pack, stream).  The native handle is shared by the plans of a
@@ -101,11 +103,19 @@ def _baked_key(baked: list):
     return lambda data: tuple(d if u is None else data[u] for u, d in baked)
 
 
+def _given_workspace(w, size, need: int) -> int:
+    """The pointer of the caller's workspace when it is one of at least ``need`` bytes, else 0 (the
+    plan's own scratch then serves)."""
+    if w is not None and not (isinstance(w, int) and w == 0) and int(size or 0) >= need:
+        return _ptr(w)
+    return 0
+
+
 class CudnnPlan(ExecutionPlan):
     __slots__ = ("spec", "device", "_graphs", "_keep", "_execute", "_subplans", "_base_key", "_plan_ptr", "_baked",
                  "_key_of", "_scalars", "_binding", "_uids", "_data_srcs", "_nptr", "_nbuf", "_scalar_at", "_same_at",
                  "_packs", "_pack_descs", "_ws", "_sub_owned", "sub_configs", "autotune", "_lock", "_cuda_graphs",
-                 "_unseen", "launch_order")
+                 "_unseen", "launch_order", "_replay")
 
     def __init__(self, graph, config, spec, device: int, native_graph: NativeGraph, plan_desc, workspace: int,
                  keep: list, values: tuple):
@@ -159,6 +169,10 @@ class CudnnPlan(ExecutionPlan):
         # by-value scalars' values as they were captured, so their values are part of its key.
         self._cuda_graphs = OrderedDict() if _graphs_enabled() else None
         self._unseen = 0  # graph keys seen once since one came back (2 * GRAPHS of them: no more graphs)
+        # (values, stream) -> (graphExec, workspace need, the caller's workspace pointer it uses or 0): the
+        # launcher's first look (``launch``).  Replaced by a new dict whenever a graph or the plan's own
+        # scratch goes away (``_forget``), so an entry is never a graph that was destroyed.
+        self._replay: dict = {}
 
     raw_pointers = True  # the legacy layer may bind device pointers as plain ints
 
@@ -179,12 +193,27 @@ class CudnnPlan(ExecutionPlan):
             raise
 
     def launch(self, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
-        """A prepared call's launcher: ``_run`` from what earlier calls made (the native plan of
-        the baked scalars, the workspace, the VARIANT_PACK); False when something is missing."""
+        """A prepared call's launcher: a call whose graph was captured (the same values, stream and
+        workspace) is one graph launch from the replay table; else ``_run`` from what earlier calls
+        made (the native plan of the baked scalars, the workspace, the VARIANT_PACK); False when
+        something is missing."""
         sptr = current_stream() if stream is None else (stream if type(stream) is int else int(stream.ptr or 0))
+        replay = self._replay
         try:
+            hit = replay.get((values, sptr)) if replay else None
+            if hit is not None and (not hit[1] or _given_workspace(workspace, workspace_size, hit[1]) == hit[2]):
+                # a call seen before, its graph captured: the values picked the native plan and the
+                # pack (checked when made), and the workspace is the one the graph was captured with
+                gr = _graphs.graphs()
+                if not (sptr and gr.capturing(sptr)):
+                    with self._lock:
+                        if self._replay is replay and not self._released:
+                            gr.launch(hit[0], sptr)
+                            STATS["graph_launches"] += 1
+                            self._unseen = 0
+                            return True
             return self._run(values, sptr, workspace, workspace_size, False)
-        except TypeError:  # a value that is no pointer (an array from a fallback's views): execute
+        except TypeError:  # a value that is no pointer (an array from a fallback's views), or unhashable: execute
             return False
 
     def _run(self, values: tuple, sptr: int, workspace, workspace_size: int, make: bool) -> bool:
@@ -220,11 +249,11 @@ class CudnnPlan(ExecutionPlan):
                     return False
                 sub = self._add_subplan(key)
             plan_ptr, need = sub
-        ws = 0
+        ws = given = 0
         if need:
-            w = workspace
-            if w is not None and not (isinstance(w, int) and w == 0) and int(workspace_size or 0) >= need:
-                ws = _ptr(w)
+            given = _given_workspace(workspace, workspace_size, need)
+            if given:
+                ws = given
             else:
                 mem = self._ws.get(sptr)
                 if mem is None or mem.mem.size < need:
@@ -265,8 +294,10 @@ class CudnnPlan(ExecutionPlan):
                             self._drop_graph(old)
                         graphs.clear()
                         self._cuda_graphs = None  # execute directly from now on
+                        self._forget()
                     while graphs and len(graphs) > GRAPHS:
                         self._drop_graph(graphs.popitem(last=False)[1])
+                        self._forget()
                 elif g != -1 and not gr.capturing(sptr):
                     self._unseen = 0
                     if g == 0:
@@ -275,6 +306,10 @@ class CudnnPlan(ExecutionPlan):
                         graphs.move_to_end(gkey)
                         gr.launch(g, sptr)
                         STATS["graph_launches"] += 1
+                        try:
+                            self._replay[(values, sptr)] = (g, need, given)
+                        except TypeError:  # an unhashable value (a 0-d array scalar): no replay entry
+                            pass
                         return True
             h = _HANDLES.get(self.device)
             handle = h[0] if h is not None and h[1] == sptr else _lib.handle_for(self.device, sptr)
@@ -301,6 +336,10 @@ class CudnnPlan(ExecutionPlan):
             return -1
         STATS["captures"] += 1
         return exe
+
+    def _forget(self) -> None:
+        """Empty the replay table (a graph or the scratch it used is going away); lock held."""
+        self._replay = {}
 
     @staticmethod
     def _drop_graph(g) -> None:
@@ -337,6 +376,7 @@ class CudnnPlan(ExecutionPlan):
         with cupy.cuda.Device(self.device), s:
             mem = cupy.cuda.alloc(need)
         self._ws[sptr] = mem
+        self._forget()  # graphs captured with the old scratch are not replayed from the table
         return mem
 
     def _add_subplan(self, key):
@@ -376,6 +416,7 @@ class CudnnPlan(ExecutionPlan):
             if self._cuda_graphs:
                 for gk in [gk for gk in self._cuda_graphs if gk[0] == old]:
                     self._drop_graph(self._cuda_graphs.pop(gk))
+                self._forget()
             old_ng, old_keep = self._sub_owned.pop(old)
             for d in reversed(old_keep):
                 d.destroy()
@@ -388,6 +429,7 @@ class CudnnPlan(ExecutionPlan):
             self._release()
 
     def _release(self) -> None:
+        self._forget()
         if self._cuda_graphs:
             for g in self._cuda_graphs.values():
                 self._drop_graph(g)

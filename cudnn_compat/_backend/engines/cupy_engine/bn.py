@@ -23,7 +23,8 @@ running averages, dscale/dbias through their blend epilogues) and writes the per
 coefficients the map needs.  Pass 2 (``apply``) reads x (and dy) again, in the reverse tile
 order of pass 1, so its first reads hit what pass 1 left in L2, and writes y (dx) through
 the element epilogue (alpha/beta blend, BN Ex add/activation).  When one block per channel
-group fills the GPU there are no partials: one kernel does both passes (``full``).
+group fills the GPU, or (inner-kept) a block walks its group in ``FULL_TILES`` tiles or fewer (the
+layers of a batch of 1), there are no partials: one kernel does both passes (``full``).
 
 Traffic: forward reads x twice and writes y (3 tensor sizes), backward reads x and dy twice
 and writes dx (5); the partials and coefficients are a few hundred KB at most.
@@ -42,6 +43,7 @@ TARGET_BLOCKS = 264  # 2 blocks of 256 threads per SM of an H100 (132 SMs): one 
 MIN_BLOCKS = 132  # fewer blocks than this leave the memory system under-used
 COMBINE_LOADS = 32  # partial loads per thread the last block may need (its merge is a serial tail)
 UNROLL = 4  # tiles whose loads a thread issues before using any
+FULL_TILES = UNROLL  # inner-kept: one kernel (no partials) when a block's pass is this many tiles at most
 MIN_K = 256  # inner-reduced with fewer elements per channel: the generic row kernels pack channels better
 
 
@@ -154,8 +156,8 @@ def analyze(spec: RowSpec, coefs, vector: bool = True) -> "Layout | None":
         L.Cin = ksizes[-1]
         L.MO = L.M // L.Cin
         L.NC = L.Cin // V
-        best = None
-        tx = min(32, _pow2_at_least(L.NC))
+        best = _full_geometry(L)
+        tx = min(32, _pow2_at_least(L.NC)) if best is None else 0
         while tx >= 1:
             ty = BLOCK // tx
             nt = -(-L.K // ty)
@@ -177,6 +179,24 @@ def analyze(spec: RowSpec, coefs, vector: bool = True) -> "Layout | None":
     L.split = L.G > 1
     L.P = max(1, BLOCK // L.W)
     return L
+
+
+def _full_geometry(L) -> "tuple | None":
+    """Inner-kept: the one-kernel geometry (tx, ty, nt, cgi, cg, 1, w) whose block walks its channel
+    group in the fewest tiles, when that is ``FULL_TILES`` or fewer (each thread's share of a pass is
+    one unrolled group of loads), else None.  Small problems (batch 1's layers) then take one launch,
+    not a stats/apply pair: the second kernel and its launch cost more than the longer walk.  Ties go
+    to the wider block (more contiguous bytes per row)."""
+    best = None
+    tx = min(32, _pow2_at_least(L.NC))
+    while tx >= 1:
+        ty = BLOCK // tx
+        nt = -(-L.K // ty)
+        if nt <= FULL_TILES and (best is None or nt < best[2]):
+            cgi = -(-L.NC // tx)
+            best = (tx, ty, nt, cgi, L.MO * cgi, 1, tx * L.V)
+        tx //= 2
+    return best
 
 
 def build_kernels(spec: RowSpec, coefs) -> "tuple | None":
