@@ -17,7 +17,9 @@ and the GPU time per launch (``gpu_us``: CUDA events around 2000 back-to-back la
 kernel, short and long, on the legacy default stream and on a non-blocking stream): ``direct``
 (cuLaunchKernel), ``graph_one`` (one 1-kernel graph relaunched), ``graph_400`` (400 distinct
 1-kernel graphs in turn: what per-call record graphs do in a program) and ``mixed`` (direct and
-graph launches alternating).  Per-call CUDA graphs of launch records are off by default
+graph launches alternating), all after ``first`` (each of the 400 graphs launched once: its upload,
+a one-time cost that earlier versions of this benchmark folded into ``graph_400`` on the legacy
+default stream, measured first).  Per-call CUDA graphs of launch records are off by default
 (CUDNN_COMPAT_CUPY_GRAPHS) because of what this shows (README).
 
     python benchmarks/launch_paths.py [--calls 10000] [--json PATH]
@@ -187,6 +189,21 @@ def graph_gpu_time(cupy, np, n: int = 2000, graphs: int = 400) -> dict:
 
     for iters in (200, 4000):
         execs = [one_graph(iters) for _ in range(graphs)]
+        # each graph's first launch uploads it (a one-time cost, on any stream): timed apart, so the
+        # paths below measure the steady state a program's call sites are in
+        null = cupy.cuda.Stream.null
+        null.synchronize()
+        e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+        e0.record(null)
+        t0 = time.perf_counter()
+        for e in execs:
+            rt.graphLaunch(e, null.ptr)
+        host = (time.perf_counter() - t0) / graphs * 1e6
+        e1.record(null)
+        e1.synchronize()
+        gpu = cupy.cuda.get_elapsed_time(e0, e1) / graphs * 1e3
+        out[f"iters{iters}/null/graph_first"] = [round(gpu, 2), round(host, 2)]
+        print(f"gpu_us iters={iters:5d} {'null':11s} {'first':10s} gpu {gpu:8.2f} us/launch  host {host:6.2f}", flush=True)
         for sname, st in (("null", cupy.cuda.Stream.null), ("nonblocking", cupy.cuda.Stream(non_blocking=True))):
             def direct(i, st=st, iters=iters):
                 with st:
