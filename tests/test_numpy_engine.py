@@ -211,16 +211,26 @@ CONVS = [
     ((2, 8, 7, 7), (4, 8, 1, 1), 0, 2, 1, 1, "CROSS_CORRELATION", "NCHW"),  # 1x1 stride-2 downsample
     ((1, 3, 5, 6, 4), (2, 3, 3, 2, 2), 1, (1, 2, 1), 1, 1, "CONVOLUTION", "NCHW"),  # 3-D
     ((2, 3, 11), (4, 3, 4), (3,), 3, 2, 1, "CROSS_CORRELATION", "NCHW"),  # 1-D, pad > 0, dilation
+    # a few pixels per sample (whole-batch GEMMs when the im2col fits: forward, backward filter)
+    ((3, 16, 3, 3), (12, 16, 3, 3), 1, 1, 1, 1, "CONVOLUTION", "NCHW"),
+    ((3, 16, 3, 3), (16, 8, 3, 3), 1, 1, (1, 2), 2, "CROSS_CORRELATION", "NHWC"),  # grouped, dilated
+    ((4, 32, 2, 2), (16, 32, 1, 1), 0, 1, 1, 1, "CROSS_CORRELATION", "NCHW"),  # 1x1
+    ((2, 12, 3, 2, 2), (8, 12, 2, 2, 1), (1, 0, 0), (2, 1, 1), 1, 1, "CONVOLUTION", "NCHW"),  # 3-D, strided
 ]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("kind", ["ConvolutionForward", "ConvolutionBackwardData", "ConvolutionBackwardFilter"])
 @pytest.mark.parametrize("case", CONVS, ids=lambda c: "x" + "x".join(map(str, c[0])) + f"_g{c[5]}_{c[6][:4]}_{c[7]}")
-def test_convolution(case, kind, dtype, rng, monkeypatch):
+@pytest.mark.parametrize("blocking", ["blocks", "whole"])
+def test_convolution(case, kind, dtype, blocking, rng, monkeypatch):
+    """Against the reference engine; ``blocks``: an im2col budget of 256 bytes (many blocks of
+    samples and output rows), ``whole``: the shipped budget (these small cases take the
+    whole-batch GEMMs where their rules allow)."""
     from cudnn_compat._backend.engines.numpy_engine import conv
     from cudnn_compat._backend.ops.convolution import output_dims
-    monkeypatch.setattr(conv, "BLOCK_BYTES", 256)  # many blocks: samples and output rows
+    if blocking == "blocks":
+        monkeypatch.setattr(conv, "BLOCK_BYTES", 256)
     xd, wd, pad, stride, dil, groups, mode, layout = case
     nsp = len(xd) - 2
     tup = lambda v: tuple(v) if isinstance(v, tuple) else (v,) * nsp  # noqa: E731
@@ -251,6 +261,33 @@ def test_half_data_computes_in_float(dtype, rng):
     data = {1: _buffer(x, rng), 2: _buffer(w, rng), 3: _buffer(y, rng)}
     data[4] = data[3]
     run_both(g, data, {10: 0.5, 11: 2.0}, "ConvolutionForward", dtype)
+
+
+def test_whole_batch_gemms_are_taken_where_their_rules_say(monkeypatch):
+    """The whole-batch path runs for small outputs only: forward whenever every sample's im2col
+    fits BLOCK_BYTES (and N > 1), backward filter when ``_fold_filter`` also holds; ResNet's 56x56
+    layers at N=8 keep the blocked GEMMs.  Each rule is checked by what the kernels call."""
+    from cudnn_compat._backend.engines.numpy_engine import conv
+    f32 = np.dtype(np.float32)
+    assert conv._fits_whole(8, 64, (3, 3), (4, 4), f32) and not conv._fits_whole(1, 64, (3, 3), (4, 4), f32)
+    assert not conv._fits_whole(8, 64, (3, 3), (56, 56), f32)
+    assert conv._fold_filter(16, 128, 256) and conv._fold_filter(4, 128, 1152)
+    assert not conv._fold_filter(256, 16, 144) and not conv._fold_filter(9, 1, 9)  # 16x16 3x3; depthwise
+    calls = []
+    real = conv._whole_col
+    monkeypatch.setattr(conv, "_whole_col", lambda *a: calls.append(a[0].shape) or real(*a))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 64, 4, 4)).astype(np.float32)
+    w = rng.standard_normal((128, 64, 3, 3)).astype(np.float32)
+    y = conv._forward(x, w, (1, 1), (1, 1), (1, 1), (1, 1), 1, np.empty((8, 128, 4, 4), np.float32), f32)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = sum(np.einsum("nchw,kc->nkhw", xp[:, :, a:a + 4, b:b + 4], w[:, :, a, b].astype(np.float64))
+               for a in range(3) for b in range(3))
+    assert calls == [(8, 64, 3, 3, 4, 4)] and np.allclose(y, want, rtol=1e-4, atol=1e-3)
+    del calls[:]
+    conv._forward(rng.standard_normal((2, 64, 56, 56)).astype(np.float32), w[:8], (1, 1), (1, 1), (1, 1), (1, 1), 1,
+                  np.empty((2, 8, 56, 56), np.float32), f32)  # 14 MiB of im2col: blocked
+    assert not calls
 
 
 def test_conv_blocks_bound_the_im2col(monkeypatch):
