@@ -374,10 +374,14 @@ def test_destroy_releases_every_descriptor(example):
 
 
 def test_command_line_runs_and_learns(example, capsys):
+    # lr 0.01: at batch 2 and 32 px the last stage's batch norm reduces over 2 values (1x1), and
+    # at lr 0.1 the trajectory is chaotic (convolutions that agree to 1e-7 gave losses 3.21, 3.43,
+    # 3.66 one way and 3.21, 3.43, 2.28 the other); at 0.01 the loss drops from 3.21 to about 1.2
+    # in one step either way (later steps still wander: 1.11 or 2.19 at step 2)
     out = example["main"](["--place", "cpu", "--batch", "2", "--size", "32", "--steps", "3", "--width", "0.0625",
-                           "--classes", "10", "--lr", "0.1"])
+                           "--classes", "10", "--lr", "0.01"])
     assert out["place"] == "cpu" and len(out["losses"]) == 3
-    assert out["losses"][-1] < out["losses"][0]
+    assert min(out["losses"][1:]) < 0.5 * out["losses"][0]
     text = capsys.readouterr().out
     assert "54 convolutions" in text and "step 2: loss" in text
     out = example["main"](["--place", "cpu", "--depth", "2", "--blocks", "1", "--layout", "NHWC", "--steps", "1",
