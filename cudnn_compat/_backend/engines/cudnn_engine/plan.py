@@ -295,8 +295,9 @@ class CudnnPlan(ExecutionPlan):
                         graphs.clear()
                         self._cuda_graphs = None  # execute directly from now on
                         self._forget()
-                    while graphs and len(graphs) > GRAPHS:
-                        self._drop_graph(graphs.popitem(last=False)[1])
+                    if len(graphs) > GRAPHS:
+                        while len(graphs) > GRAPHS:
+                            self._drop_graph(graphs.popitem(last=False)[1])
                         self._forget()
                 elif g != -1 and not gr.capturing(sptr):
                     self._unseen = 0
@@ -338,7 +339,8 @@ class CudnnPlan(ExecutionPlan):
         return exe
 
     def _forget(self) -> None:
-        """Empty the replay table (a graph or the scratch it used is going away); lock held."""
+        """Empty the replay table (a graph or the scratch it used is going away): a new dict, so a
+        launcher that read the old one sees, under the lock, that it is no longer current."""
         self._replay = {}
 
     @staticmethod

@@ -156,29 +156,25 @@ def analyze(spec: RowSpec, coefs, vector: bool = True) -> "Layout | None":
         L.Cin = ksizes[-1]
         L.MO = L.M // L.Cin
         L.NC = L.Cin // V
-        best = _full_geometry(L)
-        tx = min(32, _pow2_at_least(L.NC)) if best is None else 0
-        while tx >= 1:
-            ty = BLOCK // tx
-            nt = -(-L.K // ty)
-            cgi = -(-L.NC // tx)
-            cg = L.MO * cgi
-            w = tx * V
-            p = max(1, BLOCK // w)
-            g = max(1, min(-(-TARGET_BLOCKS // cg), nt, max(1, COMBINE_LOADS * p // L.nstate)))
-            cand = (tx, ty, nt, cgi, cg, g, w)
-            if cg * g >= MIN_BLOCKS or g == nt:
-                best = cand
-                break
-            if best is None or cg * g > best[4] * best[5]:
-                best = cand
-            tx //= 2
+        best = _full_geometry(L) or _split_geometry(L)
         L.TX, L.TY, L.NT, L.CGI, L.CG, L.G, L.W = best
         L.grid = (L.CG, L.G, 1)
         L.ngroups = L.CG
     L.split = L.G > 1
     L.P = max(1, BLOCK // L.W)
     return L
+
+
+def _widths(L):
+    """Inner-kept block shapes, widest first: (tx, ty, nt, cgi, cg, w) for tx = 32 (or the channel
+    vectors' power of two, if fewer), 16, ..., 1 vector columns of ty = BLOCK / tx rows; nt tiles
+    of ty rows cover K, cgi blocks cover the columns of one outer group, cg = MO * cgi, w channels."""
+    tx = min(32, _pow2_at_least(L.NC))
+    while tx >= 1:
+        ty = BLOCK // tx
+        cgi = -(-L.NC // tx)
+        yield tx, ty, -(-L.K // ty), cgi, L.MO * cgi, tx * L.V
+        tx //= 2
 
 
 def _full_geometry(L) -> "tuple | None":
@@ -188,14 +184,25 @@ def _full_geometry(L) -> "tuple | None":
     not a stats/apply pair: the second kernel and its launch cost more than the longer walk.  Ties go
     to the wider block (more contiguous bytes per row)."""
     best = None
-    tx = min(32, _pow2_at_least(L.NC))
-    while tx >= 1:
-        ty = BLOCK // tx
-        nt = -(-L.K // ty)
+    for tx, ty, nt, cgi, cg, w in _widths(L):
         if nt <= FULL_TILES and (best is None or nt < best[2]):
-            cgi = -(-L.NC // tx)
-            best = (tx, ty, nt, cgi, L.MO * cgi, 1, tx * L.V)
-        tx //= 2
+            best = (tx, ty, nt, cgi, cg, 1, w)
+    return best
+
+
+def _split_geometry(L) -> tuple:
+    """Inner-kept: the geometry (tx, ty, nt, cgi, cg, g, w) whose g blocks per channel group (at most
+    the tiles, the TARGET_BLOCKS share, and what the last block's merge may load) first give
+    MIN_BLOCKS blocks in all or one tile each, widest block first; else the one with the most blocks."""
+    best = None
+    for tx, ty, nt, cgi, cg, w in _widths(L):
+        p = max(1, BLOCK // w)
+        g = max(1, min(-(-TARGET_BLOCKS // cg), nt, max(1, COMBINE_LOADS * p // L.nstate)))
+        cand = (tx, ty, nt, cgi, cg, g, w)
+        if cg * g >= MIN_BLOCKS or g == nt:
+            return cand
+        if best is None or cg * g > best[4] * best[5]:
+            best = cand
     return best
 
 
