@@ -72,15 +72,17 @@ def _check_probability(dropout) -> float:
         p = float(dropout)
     except (TypeError, ValueError):
         raise bad_param("dropout", f"must be a number, got {dropout!r}") from None
-    check(0.0 <= p <= 1.0, "dropout", f"must be a probability in [0, 1], got {p}")
+    if not 0.0 <= p <= 1.0:  # each message is made only when its check fails
+        check(False, "dropout", f"must be a probability in [0, 1], got {p}")
     return float(np.float32(p))  # the C argument is a float
 
 
 def _check_states_size(h, states, stateSizeInBytes):
     if bg.is_null(states):
         return None
-    check(int(stateSizeInBytes) >= STATES_SIZE, "stateSizeInBytes",
-          f"{stateSizeInBytes} is less than cudnnDropoutGetStatesSize() = {STATES_SIZE}", CUDNN_STATUS_INVALID_VALUE)
+    if int(stateSizeInBytes) < STATES_SIZE:
+        check(False, "stateSizeInBytes", f"{stateSizeInBytes} is less than cudnnDropoutGetStatesSize() = {STATES_SIZE}",
+              CUDNN_STATUS_INVALID_VALUE)
     preflight(h, [(states, (None, STATES_SIZE), "states", True)])  # the checks of every buffer (dropout writes it)
     return states
 

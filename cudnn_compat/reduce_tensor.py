@@ -109,8 +109,8 @@ def getReduceTensorDescriptor(reduceTensorDesc) -> tuple:
 # -- shared by the queries and the reduction --------------------------------------------
 
 def _check_shapes(ad, cd):
-    check(cd.nbDims == ad.nbDims and all(c in (a, 1) for a, c in zip(ad.dims, cd.dims)), "cDesc",
-          f"each dim must equal aDesc's or be 1 (A {ad.dims}, C {cd.dims})")
+    if not (cd.nbDims == ad.nbDims and all(c in (a, 1) for a, c in zip(ad.dims, cd.dims))):  # message on failure only
+        check(False, "cDesc", f"each dim must equal aDesc's or be 1 (A {ad.dims}, C {cd.dims})")
     if ad.nbDims > MAX_DIMS:
         raise not_supported("aDesc", f"ReduceTensor supports up to {MAX_DIMS} dimensions, got {ad.nbDims}")
 
@@ -197,13 +197,16 @@ def reduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspac
     dbl, need, with_indices, plans = m
     if need is not None:
         have = 0 if indices is None or (isinstance(indices, int) and indices == 0) else int(indicesSizeInBytes)
-        check(have >= need, "indicesSizeInBytes", f"the indices need {need} bytes, {have} were given", CUDNN_STATUS_INVALID_VALUE)
+        if have < need:  # the message is made only on failure (a per-call check)
+            check(False, "indicesSizeInBytes", f"the indices need {need} bytes, {have} were given",
+                  CUDNN_STATUS_INVALID_VALUE)
     a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
     key, build = plans[b == 0]
     ws_need = cached_plan(h, key, build).workspace_size  # the plan run() takes from the cache next
     ws_have = 0 if workspace is None or (isinstance(workspace, int) and workspace == 0) else int(workspaceSizeInBytes)
-    check(ws_have >= ws_need, "workspaceSizeInBytes", f"the reduction needs {ws_need} bytes of workspace, {ws_have} were given",
-          CUDNN_STATUS_INVALID_VALUE)
+    if ws_have < ws_need:
+        check(False, "workspaceSizeInBytes", f"the reduction needs {ws_need} bytes of workspace, {ws_have} were given",
+              CUDNN_STATUS_INVALID_VALUE)
     tensors = {A_UID: (A, "A"), C_UID: (C, "C")}
     if with_indices:
         tensors[I_UID] = (indices, "indices")

@@ -14,6 +14,8 @@ through its record, against the reference engine.
 """
 from __future__ import annotations
 
+import dis
+import sys
 import threading
 
 import numpy as np
@@ -264,6 +266,37 @@ def test_every_family_repeats_as_a_prepared_call(native_emu, rng, case, monkeypa
     monkeypatch.setattr(planner, "execute", lambda plan, *a, **k: (general.append(plan.graph.name), orig(plan, *a, **k))[1])
     call(h, dev, 1.0, 0.0)
     assert not general, f"{case}: the call went the general way ({general})"
+
+
+_FORMAT_OPS = frozenset(dis.opmap[n] for n in ("FORMAT_VALUE", "BUILD_STRING", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC",
+                                                 "CONVERT_VALUE") if n in dis.opmap)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_cached_call_formats_no_message(native_emu, rng, case):
+    """The class of "a per-call check builds its error message before it knows it fails"
+    (``check(have >= need, arg, f"...")`` formats on every call: reduceTensor's workspace and
+    indices sizes and the RNN calls' space sizes did): a repeated call of every family executes no
+    string-formatting opcode (an f-string's FORMAT_VALUE/BUILD_STRING) in any frame."""
+    import host_emu
+    ins, outs, call = CASES[case](rng)
+    h = native_emu.handle()
+    dev = {k: host_emu.EmuArray(v) for k, v in _f32({**ins, **outs}).items()}
+    for _ in range(4):
+        call(h, dev, 1.0, 0.0)
+    where = []
+
+    def tracer(frame, event, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode" and frame.f_code.co_code[frame.f_lasti] in _FORMAT_OPS:
+            where.append(f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})")
+        return tracer
+    sys.settrace(tracer)
+    try:
+        call(h, dev, 1.0, 0.0)
+    finally:
+        sys.settrace(None)
+    assert not where, f"{case}: a cached call formats strings at {sorted(set(where))}"
 
 
 def test_a_record_is_made_once_and_reused(emu, rng):

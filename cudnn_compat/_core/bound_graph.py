@@ -21,6 +21,7 @@ import numpy as np
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, packed_strides
 from . import call as _call
+from .data import _CUPY_NDARRAY
 from ..errors import bad_param
 
 
@@ -137,7 +138,11 @@ def execute(handle, key: tuple, bound: BoundGraph, buffers: dict, values: "dict 
     """Run ``bound`` with ``buffers`` (name -> caller data) and scalar ``values`` (name -> float)."""
     if bound is None:
         return None
-    tensors = {uid: (at(buffers[buf], off), buf) for uid, (buf, off) in bound.bindings.items()}
+    tensors = {}
+    for uid, (buf, off) in bound.bindings.items():
+        data = buffers[buf]
+        # a device pointer (``preflight(..., pointers=True)``'s form on the GPU place): the sum is ``at``'s
+        tensors[uid] = ((data + off) if type(data) is int else at(data, off), buf)
     scalars = {uid: float(values[name]) for uid, name in bound.scalar_names.items()}
     return _call.run(handle, key, lambda: bound.graph, tensors, scalars)
 
@@ -208,5 +213,8 @@ def check_buffer(data, argname: str, need: int) -> None:
 
 
 def is_null(data) -> bool:
+    t = type(data)
+    if t is np.ndarray or (_CUPY_NDARRAY and t is _CUPY_NDARRAY[0]):  # arrays (CuPy's once imported)
+        return False
     return data is None or (isinstance(data, int) and not isinstance(data, bool) and data == 0) or \
         (isinstance(data, ctypes.c_void_p) and not data.value)

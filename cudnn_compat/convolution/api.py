@@ -571,6 +571,22 @@ def getConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, d
 @legacy("cudnnConvolutionBackwardBias")
 def convolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db) -> None:
     """db[k] = alpha * sum over n and spatial of dy[n, k, ...] + beta*db[k]; db is 1xKx1x1[x1]."""
+    h, dyd, dbd, (dbl, keys) = _bias_site((handle, dyDesc, dbDesc), handle, dyDesc, dbDesc)
+    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
+
+    def build():
+        dy_t, db_t = dyd.ir(X, "dy"), dbd.ir(Y, "db")
+        tmp = virtual(CONV_OUT, db_t.dims, compute_dtype(db_t.dtype), "db_sum")
+        return OperationGraph([Operation("Reduction", {"x": dy_t}, {"y": tmp}, {"mode": "ADD", "nan_propagation": "PROPAGATE"}),
+                               blend(tmp, db_t, b == 0)], "ConvolutionBackwardBias")
+
+    _call.run(h, keys[b == 0], build, {X: (dy, "dy"), Y: (db, "db")}, {ALPHA: a, BETA: b})
+
+
+@call_site(Memo("cudnnConvolutionBackwardBias sites"))
+def _bias_site(handle, dyDesc, dbDesc):
+    """convolutionBackwardBias's descriptor resolving and checks, once per call site and settings:
+    (handle, dyDesc, dbDesc, (double, plan keys for beta != 0 and beta == 0))."""
     h = get_handle(handle)
     dyd = tensor_desc(dyDesc, "dyDesc")
     dbd = tensor_desc(dbDesc, "dbDesc")
@@ -581,17 +597,8 @@ def convolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db) -> None
     for name, dsc in (("dyDesc", dyd), ("dbDesc", dbd)):
         if dsc.dataType in VECTOR_WIDTH or dsc.dtype not in ("float32", "float64", "float16", "bfloat16"):
             raise not_supported(name, f"data type {name_of('cudnnDataType_t', dsc.dataType)} is not supported")
-    dbl = dyd.dtype == "float64"
-    a, b = scalar(alpha, "alpha", dbl), scalar(beta, "beta", dbl)
-
-    def build():
-        dy_t, db_t = dyd.ir(X, "dy"), dbd.ir(Y, "db")
-        tmp = virtual(CONV_OUT, db_t.dims, compute_dtype(db_t.dtype), "db_sum")
-        return OperationGraph([Operation("Reduction", {"x": dy_t}, {"y": tmp}, {"mode": "ADD", "nan_propagation": "PROPAGATE"}),
-                               blend(tmp, db_t, b == 0)], "ConvolutionBackwardBias")
-
-    _call.run(h, ("ConvolutionBackwardBias", dyd.key(), dbd.key(), b == 0), build,
-              {X: (dy, "dy"), Y: (db, "db")}, {ALPHA: a, BETA: b})
+    keys = tuple(("ConvolutionBackwardBias", dyd.key(), dbd.key(), bz) for bz in (False, True))
+    return h, dyd, dbd, (dyd.dtype == "float64", keys)
 
 
 def _same_layout(a, b) -> bool:

@@ -87,11 +87,13 @@ def check_sizes(cfg, geo, training, weightSpaceSize, workSpaceSize, reserveSpace
 def check_given_sizes(need_w: int, sp, need_reserve: bool, weightSpaceSize, workSpaceSize, reserveSpaceSize,
                       wname="weightSpaceSize") -> None:
     """``check_sizes`` with the weight space size and the spaces already worked out (a call site's)."""
-    check(int(weightSpaceSize) >= need_w, wname, f"{weightSpaceSize} is less than the weight space size {need_w}")
-    check(int(workSpaceSize) >= sp.ws_size, "workSpaceSize", f"{workSpaceSize} is less than the {sp.ws_size} bytes needed")
-    if need_reserve:
-        check(int(reserveSpaceSize) >= sp.rs_size, "reserveSpaceSize",
-              f"{reserveSpaceSize} is less than the {sp.rs_size} bytes training needs")
+    # each message is made only when its check fails (a per-call path)
+    if int(weightSpaceSize) < need_w:
+        check(False, wname, f"{weightSpaceSize} is less than the weight space size {need_w}")
+    if int(workSpaceSize) < sp.ws_size:
+        check(False, "workSpaceSize", f"{workSpaceSize} is less than the {sp.ws_size} bytes needed")
+    if need_reserve and int(reserveSpaceSize) < sp.rs_size:
+        check(False, "reserveSpaceSize", f"{reserveSpaceSize} is less than the {sp.rs_size} bytes training needs")
 
 
 def dropout_in_effect(d, cfg, training: bool) -> float:
