@@ -617,3 +617,34 @@ def test_fast_path_skips_conversion(monkeypatch, handle):
 
 if __name__ == "__main__" and sys.argv[1:] == ["--sweep"]:
     print(json.dumps(_sweep()))
+
+
+def test_positional_wrappers_bind_like_the_function():
+    """A function with plain parameters gets the positional-only wrapper (registry._POSITIONAL: no
+    ``*args`` tuple per call): by position, by keyword, mixed, with values to convert, each call
+    binds as the function would, and a hook sees the arguments as given."""
+    from cudnn_compat._core import generated, registry
+    src = generated.SOURCES["<legacy wrapper cudnnSetTensor4dDescriptor>"]
+    assert "/, *extra, **kwargs" in src
+    nchw, f32 = cc.CUDNN_TENSOR_NCHW, cc.CUDNN_DATA_FLOAT
+    calls = [lambda d: cc.cudnnSetTensor4dDescriptor(d, nchw, f32, 2, 3, 4, 5),
+             lambda d: cc.cudnnSetTensor4dDescriptor(tensorDesc=d, format=nchw, dataType=f32, n=2, c=3, h=4, w=5),
+             lambda d: cc.cudnnSetTensor4dDescriptor(d, nchw, f32, 2, 3, h=4, w=5),
+             lambda d: cc.cudnnSetTensor4dDescriptor(d, nchw, f32, np.int32(2), 3, 4, np.int64(5))]
+    for call in calls:
+        d = cc.cudnnCreateTensorDescriptor()
+        call(d)
+        assert tuple(cc.cudnnGetTensor4dDescriptor(d)) == (f32, 2, 3, 4, 5, 60, 20, 5, 1)
+        cc.cudnnDestroyTensorDescriptor(d)
+    seen = []
+    registry.HOOKS.append(lambda proceed, c_name, args, kwargs: (seen.append((c_name, args, kwargs)), proceed(args, kwargs))[1])
+    try:
+        d = cc.cudnnCreateTensorDescriptor()
+        cc.cudnnSetTensor4dDescriptor(d, nchw, f32, 1, 2, 3, 4)
+    finally:
+        registry.HOOKS.pop()
+    assert ("cudnnSetTensor4dDescriptor", (d, nchw, f32, 1, 2, 3, 4), {}) in seen
+    assert tuple(cc.cudnnGetTensor4dDescriptor(d))[:5] == (f32, 1, 2, 3, 4)
+    # a parameter named like a builtin the fast test uses is renamed in the wrapper, not shadowed
+    assert "type=_MISSING" not in generated.SOURCES["<legacy wrapper cudnnGetProperty>"]
+    assert cc.cudnnGetProperty(cc.MAJOR_VERSION) == cc.cudnnGetVersion() // 1000

@@ -450,25 +450,94 @@ def make(fn, c_name, pos, kw):
     return wrapper
 """
 
+# The wrapper of a function whose parameters are all plain (positional or keyword, none variadic):
+# its parameters are the function's, positional-only with a sentinel default, so a call that passes
+# every argument by position (the common call) binds them without an ``*args`` tuple and calls
+# ``fn`` with them as they came; anything else (keywords, too few or too many arguments, an
+# argument to convert) takes ``_general``, the path of the template above.
+_POSITIONAL = """
+def make(fn, c_name, pos, kw):
+    def wrapper({params}, /, *extra, **kwargs):
+        if kwargs or extra or {last} is _MISSING{convert}:
+            return _general(fn, c_name, pos, kw, _given(({names},), extra), kwargs)
+        try:
+            if HOOKS:
+                return _intercepted(0, c_name, fn, ({names},), {{}})
+            return fn({names})
+        except CuDNNError as e:
+            raise e.with_function(c_name) from None
+        except GraphError as e:
+            raise graph_error(e, c_name) from None
+        except _BARE as e:
+            raise _bare_error(e, c_name, fn, ({names},), {{}}) from e
+    return wrapper
+"""
+_MISSING = type("_Missing", (), {"__repr__": lambda self: "<missing>", "__slots__": ()})()
+_RESERVED = frozenset(("type", "int", "float", "make", "fn", "c_name", "pos", "kw", "wrapper", "extra", "kwargs", "e", "HOOKS", "_MISSING",
+                       "_general", "_given", "_intercepted", "CuDNNError", "GraphError", "graph_error", "_BARE",
+                       "_bare_error"))
+
+
+def _given(named: tuple, extra: tuple) -> tuple:
+    """The positional arguments of a call of a ``_POSITIONAL`` wrapper: its parameters up to the
+    last one given, then the extra ones."""
+    n = len(named)
+    while n and named[n - 1] is _MISSING:
+        n -= 1
+    return named[:n] + extra
+
+
+def _general(fn, c_name: str, pos, kw, args: tuple, kwargs: dict):
+    """A ``_POSITIONAL`` wrapper's call that is not all by position (or has an argument to
+    convert): the template wrapper's path."""
+    try:
+        if pos:
+            args, kwargs = _convert(pos, kw, args, kwargs, c_name)
+        if HOOKS:
+            return _intercepted(0, c_name, fn, args, kwargs)
+        return fn(*args, **kwargs)
+    except CuDNNError as e:
+        raise e.with_function(c_name) from None
+    except GraphError as e:
+        raise graph_error(e, c_name) from None
+    except _BARE as e:
+        raise _bare_error(e, c_name, fn, args, kwargs) from e
+
 
 def _fast_test(pos) -> str:
     """Python source of the test that lets a call skip conversion: every converted positional
     argument is already a plain int / float in range (constants inlined: ~30 ns an argument)."""
     if not pos:
         return ""
+    need = pos[-1][0] + 1
+    return (f"            if kwargs or len(args) < {need} or not ({_terms(pos, lambda i: f'args[{i}]')}):\n"
+            f"                args, kwargs = _convert(pos, kw, args, kwargs, c_name)\n")
+
+
+def _terms(pos, arg) -> str:
+    """The conjunction of ``_fast_test``: the converted argument ``i`` is ``arg(i)`` in the source."""
     terms = []
     for i, _, fast, lo, hi, _ in pos:
-        a = f"args[{i}]"
+        a = arg(i)
         if fast is int:
             terms.append(f"type({a}) is int and {lo} <= {a} <= {hi}")
         elif fast is float:
             terms.append(f"type({a}) is float" + ("" if hi == math.inf else f" and {lo!r} <= {a} <= {hi!r}"))
         else:
-            terms = ["False"]  # int arrays: always converted
-            break
-    need = pos[-1][0] + 1
-    return (f"            if kwargs or len(args) < {need} or not ({' and '.join(terms)}):\n"
-            f"                args, kwargs = _convert(pos, kw, args, kwargs, c_name)\n")
+            return "False"  # int arrays: always converted
+    return " and ".join(terms)
+
+
+def _source(fn, pos) -> str:
+    """The wrapper source for ``fn``: ``_POSITIONAL`` when its parameters are all plain, else
+    ``_WRAPPER``."""
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        return _WRAPPER.format(convert=_fast_test(pos))
+    names = [p.name if p.name.isidentifier() and p.name not in _RESERVED else f"arg{i}" for i, p in enumerate(params)]
+    test = _terms(pos, lambda i: names[i])
+    return _POSITIONAL.format(params=", ".join(f"{n}=_MISSING" for n in names), names=", ".join(names),
+                              last=names[-1], convert="" if not pos else f" or not ({test})")
 
 
 WRAPPER_FILE = "<legacy wrapper "  # + the function's name + ">": the file name of its generated wrapper
@@ -479,8 +548,7 @@ _planner.library_frames(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 def legacy(c_name: str, cupy: "str | None" = None):
     def deco(fn):
         pos, kw = _plan(c_name, fn)
-        make = _generated.define(f"{WRAPPER_FILE}{c_name}>", _WRAPPER.format(convert=_fast_test(pos)), {}, "make",
-                                 globals())
+        make = _generated.define(f"{WRAPPER_FILE}{c_name}>", _source(fn, pos), {}, "make", globals())
         wrapper = functools.wraps(fn)(make(fn, c_name, pos, kw))
         wrapper.__name__ = c_name
         wrapper.__doc__ = DOCS.get(c_name, fn.__doc__)  # the generated reference (tools/gen_api_docs.py)
