@@ -63,6 +63,26 @@ def test_get_v7_marks_what_the_tables_exclude(handle):
         assert e.value.status == UNSUP and "algo" in str(e.value)
 
 
+def test_dilated_nchw_forward_takes_the_workspace_algorithms(handle, rng):
+    """libcudnn 9 runs IMPLICIT_PRECOMP_GEMM and GEMM forward on a dilated NCHW problem (002's tables
+    asked dilation 1; algos.py says why we follow the library): both are SUCCESS in the heuristic
+    ranking, and each computes the dilated convolution of the direct-loop formula."""
+    xs, ws, pad, dil = (2, 3, 11, 10), (4, 3, 3, 3), (2, 2), (2, 2)
+    ys = out_shape(xs, ws, pad, (1, 1), dil)
+    xd, wd, cd, yd = tdesc(xs, DOUBLE), fdesc(ws, DOUBLE), cdesc(pad, (1, 1), dil, compute=DOUBLE), tdesc(ys, DOUBLE)
+    A = cc.ENUMS["cudnnConvolutionFwdAlgo_t"]
+    perf = {p.algo: p for p in cc.getConvolutionForwardAlgorithm_v7(handle, xd, wd, cd, yd, 10)}
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    for name in ("IMPLICIT_PRECOMP_GEMM", "GEMM"):
+        algo = A["CUDNN_CONVOLUTION_FWD_ALGO_" + name]
+        assert perf[algo].status == OK, name
+        y = np.full(ys, np.nan)
+        n = cc.getConvolutionForwardWorkspaceSize(handle, xd, wd, cd, yd, algo)
+        cc.cudnnConvolutionForward(handle, 1.0, xd, x, wd, w, cd, algo, np.zeros(max(n, 1), np.uint8), n, 0.0, yd, y)
+        np.testing.assert_allclose(y, ref_conv(x, w, pad, (1, 1), dil), rtol=1e-12)
+    assert perf[A["CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD"]].status == UNSUP  # still dilation 1 there
+
+
 @pytest.mark.parametrize("direction", ["fwd", "data", "filter"])
 def test_find_times_every_candidate(handle, direction):
     xd, wd, cd, yd = descs()

@@ -7,6 +7,13 @@ A problem is seen in forward terms whatever the direction: x (N,C,*S), w (K,C/g,
 for backward data x is dx and y is dy, for backward filter w is dw.  ``unsupported(direction,
 algo, problem)`` returns None or the reason the tables give, which the legacy layer reports as
 CUDNN_STATUS_NOT_SUPPORTED.
+
+One departure from 002, after the library it documents: 002's forward tables ask dilation 1 of
+IMPLICIT_PRECOMP_GEMM and GEMM in NCHW; libcudnn 9's legacy Find runs both on a dilated problem
+(dilation 2, 3x3, fp32 NCHW: algo 1 in 0.16 ms, algo 2 in 0.57 ms, bench_conv_zoo's JSON of
+2026-11-28), and a caller who asks for them gets them, with the configs that need workspace
+(IMPLICIT_GEMM takes zero-workspace configs only: without algo 1 a dilated fp32 convolution had
+no TF32 Tensor Core config to choose and ran 6x slower than the same call on torch).
 """
 from __future__ import annotations
 
@@ -193,13 +200,13 @@ TABLES = {
             V(3, "NCHW", frozenset({PH, PBF, F, D})),
         ),
         "IMPLICIT_PRECOMP_GEMM": (
-            V(2, "NCHW", ALL_FLOAT, dilation1=True),
+            V(2, "NCHW", ALL_FLOAT),  # dilation: libcudnn 9 (see the module docstring)
             V(2, "NHWC", ALL_FLOAT, HWC, HWC + CHW),
             V(2, "NHWC", INT8_CONFIGS, NHWC_FULL, NHWC_FULL, True, (int8_channels,)),
             V(3, "NCHW", frozenset({PH, PBF, F, D})),
             V(3, "NHWC", frozenset({PH, PBF, F}), HWC, HWC),
         ),
-        "GEMM": (V(2, "NCHW", frozenset({PH, F, D}), dilation1=True),),
+        "GEMM": (V(2, "NCHW", frozenset({PH, F, D})),),  # dilation: libcudnn 9 (the module docstring)
         "DIRECT": _NOT_IMPLEMENTED,
         "FFT": (V(2, "NCHW", frozenset({PH, F}), HW, HW, True, (fft_limits,)),),
         "FFT_TILING": (
