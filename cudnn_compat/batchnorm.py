@@ -35,7 +35,7 @@ from cudnn_compat._backend.ir import Operation, OperationGraph, Tensor, scalar a
 from ._core.call import ALPHA, BETA, blend, compute_dtype, plan_for, run
 from ._core.uids import SHARED, Uids, prior_uid
 from ._core.data import preflight, scalar
-from ._core.memo import Memo, arrays, call_site, key as memo_key
+from ._core.memo import _ARRAY_TYPES, Memo, arrays, call_site, key as memo_key
 from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -60,6 +60,8 @@ V1, V2, V3, V4 = UIDS.virtual(4)  # intermediates: each graph numbers its own fr
 
 
 # -- argument checks -----------------------------------------------------------------
+
+_ALL_ARRAYS = _ARRAY_TYPES.issuperset  # memo.arrays()'s first test, inlined by the cached calls
 
 def _null(p) -> bool:
     return p is None or (isinstance(p, int) and not isinstance(p, bool) and p == 0)
@@ -303,7 +305,8 @@ def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDes
     """y = alpha*(bnBias + bnScale*(x - mean)/sqrt(eps + var)) + beta*y (002 §3.2.3).  The
     descriptor checks run once per combination of settings (``_core.memo``)."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
-    if arrays((x, y, bnScale, bnBias, estimatedMean, estimatedVariance)):
+    bufs = (x, y, bnScale, bnBias, estimatedMean, estimatedVariance)
+    if _ALL_ARRAYS(map(type, bufs)) or arrays(bufs):  # arrays()'s test inline, the function on a miss
         h, ds, m = _infer_site(sk, handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
     else:  # a NULL buffer: the general way says which
         h, ds, m = get_handle(handle), None, None
@@ -406,8 +409,8 @@ def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc
     """002 §4.1.4; see the module docstring for the formulas.  The descriptor checks run once
     per combination of settings (``_core.memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
-    all_four = arrays((x, y, bnScale, bnBias, resultSaveMean, resultSaveInvVariance, resultRunningMean,
-                       resultRunningVariance))  # the common call: one test for every buffer
+    bufs = (x, y, bnScale, bnBias, resultSaveMean, resultSaveInvVariance, resultRunningMean, resultRunningVariance)
+    all_four = _ALL_ARRAYS(map(type, bufs)) or arrays(bufs)  # the common call: one test for every buffer
     if all_four or arrays((x, y, bnScale, bnBias)):
         h, ds, m = _train_site(sk, handle, mode, xDesc, yDesc, bnScaleBiasMeanVarDesc)
     else:  # a NULL buffer: the general way says which
@@ -597,7 +600,8 @@ def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaP
     """dx, dscale, dbias of the training forward (002 §4.1.2).  The descriptor checks run once
     per combination of settings (``_core.memo``); the first call goes the general way."""
     sk = (handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc)
-    both = arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff, savedMean, savedInvVariance))
+    bufs = (x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff, savedMean, savedInvVariance)
+    both = _ALL_ARRAYS(map(type, bufs)) or arrays(bufs)
     if both or arrays((x, dy, dx, bnScale, resultBnScaleDiff, resultBnBiasDiff)):
         h, ds, m = _back_site(sk, handle, mode, xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc)
     else:  # a NULL buffer: the general way says which
