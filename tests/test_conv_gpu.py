@@ -122,3 +122,25 @@ def test_algorithm_queries(gpu, rng):
     for dr_find, args in ((cc.findConvolutionBackwardDataAlgorithm, (wd, yd, cd, xd)),
                           (cc.findConvolutionBackwardFilterAlgorithm, (xd, yd, cd, wd))):
         assert any(p.status == cc.CUDNN_STATUS_SUCCESS for p in dr_find(gpu, *args, 20))
+
+
+@pytest.mark.parametrize("math, tol", [(cc.CUDNN_DEFAULT_MATH, 2e-3), (cc.CUDNN_FMA_MATH, 1e-5)])
+@pytest.mark.parametrize("algo_name", ["IMPLICIT_PRECOMP_GEMM", "GEMM", "IMPLICIT_GEMM"])
+def test_dilated_nchw_forward_every_workspace_algorithm(gpu, rng, algo_name, math, tol):
+    """The dilated fp32 NCHW forward through the algorithms libcudnn 9 runs on it (algos.py: 002 asked
+    dilation 1 of PRECOMP and GEMM), with the workspace each one asks for, against the direct loop:
+    the configs these algorithms bring (TF32 Tensor Core ones under DEFAULT_MATH) compute the dilated
+    convolution."""
+    import cupy
+    xs, ws, pad, dil = (4, 32, 14, 13), (32, 32, 3, 3), (2, 2), (2, 2)
+    ys = out_shape(xs, ws, pad, (1, 1), dil)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    xd, wd, yd = desc_for(xs, FLOAT, "NCHW"), fdesc(ws, FLOAT, NCHW), desc_for(ys, FLOAT, "NCHW")
+    cd = cdesc(pad, (1, 1), dil, CROSS, FLOAT, 1, math)
+    algo = cc.ENUMS["cudnnConvolutionFwdAlgo_t"]["CUDNN_CONVOLUTION_FWD_ALGO_" + algo_name]
+    n = cc.cudnnGetConvolutionForwardWorkspaceSize(gpu, xd, wd, cd, yd, algo)
+    ws_buf = cupy.zeros(max(n, 1), cupy.uint8)
+    yb = cupy.full(ys, np.nan, np.float32)
+    cc.cudnnConvolutionForward(gpu, 1.0, xd, cupy.asarray(x), wd, cupy.asarray(w), cd, algo, ws_buf, n, 0.0, yd, yb)
+    want = ref_conv(x.astype(np.float64), w.astype(np.float64), pad, (1, 1), dil)
+    np.testing.assert_allclose(yb.get(), want, rtol=tol, atol=tol * np.abs(want).max())
