@@ -437,16 +437,7 @@ def call_mismatch(fn, c_name: str, args, kwargs) -> "str | None":
 _WRAPPER = """
 def make(fn, c_name, pos, kw):
     def wrapper(*args, **kwargs):
-        try:
-{convert}            if HOOKS:
-                return _intercepted(0, c_name, fn, args, kwargs)
-            return fn(*args, **kwargs)
-        except CuDNNError as e:
-            raise e.with_function(c_name) from None
-        except GraphError as e:
-            raise graph_error(e, c_name) from None
-        except _BARE as e:
-            raise _bare_error(e, c_name, fn, args, kwargs) from e
+        return _general(fn, c_name, pos, kw, args, kwargs)
     return wrapper
 """
 
@@ -457,19 +448,19 @@ def make(fn, c_name, pos, kw):
 # argument to convert) takes ``_general``, the path of the template above.
 _POSITIONAL = """
 def make(fn, c_name, pos, kw):
-    def wrapper({params}, /, *extra, **kwargs):
-        if kwargs or extra or {last} is _MISSING{convert}:
-            return _general(fn, c_name, pos, kw, _given(({names},), extra), kwargs)
+    def wrapper({signature}):
+        if kwargs or extra{missing}{convert}:
+            return _general(fn, c_name, pos, kw, _given({args}, extra), kwargs)
         try:
             if HOOKS:
-                return _intercepted(0, c_name, fn, ({names},), {{}})
+                return _intercepted(0, c_name, fn, {args}, {{}})
             return fn({names})
         except CuDNNError as e:
             raise e.with_function(c_name) from None
         except GraphError as e:
             raise graph_error(e, c_name) from None
         except _BARE as e:
-            raise _bare_error(e, c_name, fn, ({names},), {{}}) from e
+            raise _bare_error(e, c_name, fn, {args}, {{}}) from e
     return wrapper
 """
 _MISSING = type("_Missing", (), {"__repr__": lambda self: "<missing>", "__slots__": ()})()
@@ -504,18 +495,10 @@ def _general(fn, c_name: str, pos, kw, args: tuple, kwargs: dict):
         raise _bare_error(e, c_name, fn, args, kwargs) from e
 
 
-def _fast_test(pos) -> str:
-    """Python source of the test that lets a call skip conversion: every converted positional
-    argument is already a plain int / float in range (constants inlined: ~30 ns an argument)."""
-    if not pos:
-        return ""
-    need = pos[-1][0] + 1
-    return (f"            if kwargs or len(args) < {need} or not ({_terms(pos, lambda i: f'args[{i}]')}):\n"
-            f"                args, kwargs = _convert(pos, kw, args, kwargs, c_name)\n")
-
-
 def _terms(pos, arg) -> str:
-    """The conjunction of ``_fast_test``: the converted argument ``i`` is ``arg(i)`` in the source."""
+    """Python source of the test that lets a call skip conversion: every converted positional
+    argument (``arg(i)`` in the source) is already a plain int / float in range (constants
+    inlined: ~30 ns an argument)."""
     terms = []
     for i, _, fast, lo, hi, _ in pos:
         a = arg(i)
@@ -530,14 +513,16 @@ def _terms(pos, arg) -> str:
 
 def _source(fn, pos) -> str:
     """The wrapper source for ``fn``: ``_POSITIONAL`` when its parameters are all plain, else
-    ``_WRAPPER``."""
+    ``_WRAPPER`` (a function with ``*args`` or keyword-only parameters: every call the general path)."""
     params = list(inspect.signature(fn).parameters.values())
-    if not params or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
-        return _WRAPPER.format(convert=_fast_test(pos))
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        return _WRAPPER
     names = [p.name if p.name.isidentifier() and p.name not in _RESERVED else f"arg{i}" for i, p in enumerate(params)]
-    test = _terms(pos, lambda i: names[i])
-    return _POSITIONAL.format(params=", ".join(f"{n}=_MISSING" for n in names), names=", ".join(names),
-                              last=names[-1], convert="" if not pos else f" or not ({test})")
+    return _POSITIONAL.format(
+        signature=", ".join([f"{n}=_MISSING" for n in names] + (["/"] if names else []) + ["*extra", "**kwargs"]),
+        missing=f" or {names[-1]} is _MISSING" if names else "",
+        convert=f" or not ({_terms(pos, lambda i: names[i])})" if pos else "",
+        args=f"({', '.join(names)},)" if names else "()", names=", ".join(names))
 
 
 WRAPPER_FILE = "<legacy wrapper "  # + the function's name + ">": the file name of its generated wrapper
