@@ -974,3 +974,31 @@ def test_a_binder_gives_none_for_a_tensor_or_scalar_the_call_lacks(emu, rng):
         for uid in list(tensors) + list(scalars):
             assert bind({u: v for u, v in tensors.items() if u != uid},
                         {u: v for u, v in scalars.items() if u != uid}) is None, uid
+
+
+def test_preflight_pointer_form_matches_the_general_loop(native_emu):
+    """``preflight(..., pointers=True)`` on the GPU place takes every buffer in one loop when all are
+    in a common form (``data._pointers``: the RNN calls' nine buffers); it must give the general
+    loop's addresses, and leave every other case to that loop with its errors."""
+    import host_emu
+    from cudnn_compat._core import data as _data
+    h = native_emu.handle()
+    f32, u8 = np.zeros(64, np.float32), np.zeros(300, np.uint8)
+    a, b = host_emu.EmuArray(f32), host_emu.EmuArray(u8)
+    items = [(a, ("float32", 256), "x", False), (b, (None, 300), "ws", True), (a.data.ptr + 64, ("float32", 8), "hx", False)]
+    fast = _data._pointers(items)
+    general = [_data._device_checked(d, n, need, arg, w, True) for d, (n, need), arg, w in items]
+    assert fast == general == [a.data.ptr, b.data.ptr, a.data.ptr + 64]
+    assert _data.preflight(h, items, pointers=True) == fast
+    bad = [
+        ((a, ("float32", 260), "x", False), "260 are needed"),  # too small
+        ((host_emu.EmuArray(np.zeros(64, np.float64)), ("float32", 256), "x", False), "dtype"),  # wrong dtype
+        ((host_emu.EmuArray(np.zeros((8, 8), np.float32)[:, ::2]), ("float32", 128), "x", False), "contiguous"),
+        ((None, ("float32", 4), "x", False), "NULL"),
+        ((16, ("float32", 4), "x", False), "pointer"),  # an int below POINTER_MIN
+    ]
+    for item, words in bad:
+        assert _data._pointers([items[0], item]) is None  # the general loop decides
+        with pytest.raises(cc.CuDNNError) as e:
+            _data.preflight(h, [items[0], item], pointers=True)
+        assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM and words in str(e.value), str(e.value)
