@@ -780,3 +780,32 @@ def test_safe_host_reads():
         assert read(4096 * 3, 8) is None and read(2 ** 46, 16) is None
         assert read(ctypes.addressof(cells) + 8, 8) == bytes(ctypes.c_double(1.0))
     assert read_host(5000, 8) is None and read_host(0, 8) is None
+
+
+def test_host_view_is_the_array_itself_only_when_it_already_is_the_view():
+    """The CPU place binds an array shaped like its descriptor (dtype, dims, strides) as itself, any
+    other accepted buffer through a strided view of the descriptor's layout; the checks come first
+    either way (a read-only array the call writes is BAD_PARAM)."""
+    import cudnn_compat as cc
+    from cudnn_compat._backend.ir import Tensor
+    from cudnn_compat._core.data import host_view
+    t = Tensor(7, (2, 3, 4), (12, 4, 1), "float32", name="x")
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    assert host_view(a, t, "x") is a
+    flat = np.arange(24, dtype=np.float32)
+    v = host_view(flat, t, "x")
+    assert v is not flat and v.shape == (2, 3, 4) and np.shares_memory(v, flat) and (v == a).all()
+    bigger = np.zeros((2, 3, 5), np.float32)[..., :4].copy()  # same shape, packed: itself
+    assert host_view(bigger, t, "x") is bigger
+    as_bytes = a.view(np.uint8)  # an accepted byte view: a float32 view of it, never the bytes themselves
+    v = host_view(as_bytes, t, "x")
+    assert v.dtype == np.float32 and v.shape == (2, 3, 4) and (v == a).all()
+    t2 = Tensor(8, (2, 3, 4), (1, 2, 6), "float32", name="y")  # a Fortran-order descriptor: a view
+    v = host_view(a, t2, "y")
+    assert v is not a and v.strides == (4, 8, 24)
+    ro = a.copy()
+    ro.flags.writeable = False
+    assert host_view(ro, t, "x") is ro  # read, not written: fine
+    with pytest.raises(cc.CuDNNError) as e:
+        host_view(ro, t, "x", written=True)
+    assert e.value.status == cc.CUDNN_STATUS_BAD_PARAM and "read-only" in str(e.value)

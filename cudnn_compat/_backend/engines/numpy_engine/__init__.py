@@ -75,12 +75,15 @@ def store(buf, val, name) -> None:
 
 
 class _Step:
-    __slots__ = ("op", "fn", "dt", "ins", "outs", "later_ext", "later_virt", "fuse", "skip_alpha")
+    __slots__ = ("op", "fn", "dt", "ins", "outs", "targets", "direct", "later_ext", "later_virt", "fuse", "skip_alpha")
 
     def __init__(self, op, dt):
         self.op, self.fn, self.dt = op, KERNELS[op.kind], dt
         self.ins = tuple(op.inputs.items())
         self.outs = tuple(op.outputs.items())
+        self.targets = dict(self.outs)  # role -> tensor written (a copy with the fused blend's y when it applies)
+        # uid -> the tensor's storage dtype is the compute dtype (a kernel may write the caller's buffer)
+        self.direct = {t.uid: dtypes.DTYPES[t.dtype][0] == dt for _r, t in self.outs}
         self.later_ext = ()  # uids of external inputs (not by value) that later ops read
         self.later_virt = ()  # uids of tensors produced in the graph (virtual or not) that later ops read
         self.fuse = None  # (role, the IDENTITY step's output tensor) when this op may write it directly
@@ -118,6 +121,7 @@ class NumpyPlan(ExecutionPlan):
             if (role is not None and not y.is_virtual and y.dims == v.dims
                     and dtypes.DTYPES[v.dtype][0] == a.dt and b.dt == a.dt):
                 a.fuse = (role, y, b.op.inputs.get("alpha1"))
+                a.direct[y.uid] = dtypes.DTYPES[y.dtype][0] == a.dt
                 b.skip_alpha = True
         self.steps = steps
 
@@ -147,19 +151,20 @@ class NumpyPlan(ExecutionPlan):
                             v = v.astype(dt)
                     ins[role] = v
                 out = {}
-                targets = {role: t for role, t in s.outs}
+                targets = s.targets
                 if s.fuse is not None:
                     role, y, alpha = s.fuse
-                    if alpha is None or float(np.asarray(data[alpha.uid])) == 1.0:
+                    if alpha is None or _is_one(data[alpha.uid]):
+                        targets = dict(targets)
                         targets[role] = y
                         skip_next = True
+                later = s.later_ext or s.later_virt
                 safe = {}  # external output uid -> no later read can see its buffer change
                 for role, t in targets.items():
                     if not t.is_virtual:
                         buf = data[t.uid]
-                        safe[t.uid] = isinstance(buf, np.ndarray) and _unread_later(buf, s, data, env)
-                        if safe[t.uid] and dtypes.DTYPES[t.dtype][0] == dt and buf.flags.writeable \
-                                and buf.shape == t.dims:
+                        ok = safe[t.uid] = isinstance(buf, np.ndarray) and (not later or _unread_later(buf, s, data, env))
+                        if ok and s.direct[t.uid] and buf.flags.writeable and buf.shape == t.dims:
                             out[role] = buf
                 res = s.fn(s.op, ins, dt, out)
                 for role, t in targets.items():
@@ -176,6 +181,11 @@ class NumpyPlan(ExecutionPlan):
                         pending.append((t, np.array(val)))
             for t, val in pending:
                 store(data[t.uid], val, t.dtype)
+
+
+def _is_one(v) -> bool:
+    """A by-value alpha is 1 (a Python float, as the legacy layer passes it, or anything NumPy reads)."""
+    return v == 1.0 if type(v) is float else float(np.asarray(v)) == 1.0
 
 
 def _unread_later(buf, step, data, env) -> bool:
