@@ -42,8 +42,8 @@ def compute_dtype(op) -> np.dtype:
 
 
 def _load(t, buf, dt):
-    if t.is_by_value:
-        return np.asarray(buf, dtype=dt).reshape(())
+    if t.is_by_value:  # a scalar of the compute dtype (alpha, beta, epsilon: the floats the legacy layer passes)
+        return dt.type(buf) if type(buf) is float else np.asarray(buf, dtype=dt).reshape(())
     a = buf if isinstance(buf, np.ndarray) else np.asarray(buf)
     if a.shape != t.dims:
         a = a.reshape(t.dims)
