@@ -464,9 +464,10 @@ def make(fn, c_name, pos, kw):
     return wrapper
 """
 _MISSING = type("_Missing", (), {"__repr__": lambda self: "<missing>", "__slots__": ()})()
-_RESERVED = frozenset(("type", "int", "float", "make", "fn", "c_name", "pos", "kw", "wrapper", "extra", "kwargs", "e", "HOOKS", "_MISSING",
-                       "_general", "_given", "_intercepted", "CuDNNError", "GraphError", "graph_error", "_BARE",
-                       "_bare_error"))
+# names a wrapper's parameters may not take (the builtins its fast test calls, the names its body uses)
+_RESERVED = frozenset(("type", "int", "float", "make", "fn", "c_name", "pos", "kw", "wrapper", "extra", "kwargs",
+                       "e", "HOOKS", "_MISSING", "_general", "_given", "_intercepted", "CuDNNError", "GraphError",
+                       "graph_error", "_BARE", "_bare_error"))
 
 
 def _given(named: tuple, extra: tuple) -> tuple:

@@ -163,7 +163,8 @@ class NumpyPlan(ExecutionPlan):
                 for role, t in targets.items():
                     if not t.is_virtual:
                         buf = data[t.uid]
-                        ok = safe[t.uid] = isinstance(buf, np.ndarray) and (not later or _unread_later(buf, s, data, env))
+                        ok = isinstance(buf, np.ndarray) and (not later or _unread_later(buf, s, data, env))
+                        safe[t.uid] = ok
                         if ok and s.direct[t.uid] and buf.flags.writeable and buf.shape == t.dims:
                             out[role] = buf
                 res = s.fn(s.op, ins, dt, out)
