@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 
+import math
+
 import numpy as np
 import pytest
 
@@ -342,11 +344,11 @@ def _norm_tensors(xd, axes, dtype, layout, uid0=40):
     return x, p
 
 
+@pytest.mark.parametrize("xd", [(4, 3, 5, 6), (5, 3, 2, 2)], ids=["planes30", "planes4"])  # 4: norm._sum's GEMV sums
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("axes", [(0, 2, 3), (0,)], ids=["spatial", "per_activation"])
-def test_norm_forward_training(axes, layout, dtype, rng):
-    xd = (4, 3, 5, 6)
+def test_norm_forward_training(axes, layout, dtype, xd, rng):
     x, p = _norm_tensors(xd, axes, dtype, layout)
     ins = {"x": x, "scale": p(2), "bias": p(3), "running_mean": p(4), "running_var": p(5)}
     outs = {"saved_mean": p(6), "saved_inv_variance": p(7), "next_running_mean": p(8), "next_running_var": p(9)}
@@ -373,12 +375,12 @@ def test_norm_forward_inference_and_by_value_epsilon(layout, dtype, rng):
     run_both(g, {u: data[u] for u in (1, 2, 3)}, {30: 1e-3}, "NormForward", dtype)
 
 
+@pytest.mark.parametrize("xd", [(3, 4, 5, 4), (6, 4, 2, 2)], ids=["planes20", "planes4"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("saved", [True, False])
 @pytest.mark.parametrize("axes", [(0, 2, 3), (0,)], ids=["spatial", "per_activation"])
-def test_norm_backward(axes, saved, layout, dtype, rng):
-    xd = (3, 4, 5, 4)
+def test_norm_backward(axes, saved, layout, dtype, xd, rng):
     x, p = _norm_tensors(xd, axes, dtype, layout)
     ins = {"x": x, "dy": T(21, xd, dtype, x.strides), "scale": p(2)}
     data = {1: _buffer(x, rng) * 2 + 10, 21: _buffer(ins["dy"], rng), 2: _buffer(p(2), rng)}
@@ -389,6 +391,23 @@ def test_norm_backward(axes, saved, layout, dtype, rng):
         data[7] = 1 / np.sqrt(np.var(data[1], axis=axes, keepdims=True) + 1e-4)
     outs = {"dscale": p(8), "dbias": p(9)}
     _run_blended("NormBackward", ins, "dx", T(22, xd, dtype, x.strides), attrs, data, dtype, rng, outs)
+
+
+@pytest.mark.parametrize("shape", [(7, 5, 2, 2), (3, 2, 4), (2, 3, 1, 1), (70000, 2, 2)])
+def test_small_plane_sums_are_float64_sums(shape, rng):
+    """norm._sum over planes of at most SMALL_PLANE elements (matrix-vector products over blocks of
+    samples; 70000x2x2 spans two blocks): the float64 sums of the float32 data (a float32
+    accumulation of values near 1e4 would be off by far more than the tolerance)."""
+    from cudnn_compat._backend.engines.numpy_engine import norm
+    axes = (0,) + tuple(range(2, len(shape)))
+    assert math.prod(shape[2:]) <= norm.SMALL_PLANE
+    a = (rng.standard_normal(shape) * 1e3 + 1e4).astype(np.float32)
+    got = norm._sum(a, axes)
+    want = a.astype(np.float64).sum(axis=axes, keepdims=True)
+    assert got.dtype == np.float64 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+    a[1, 1] = np.nan
+    assert np.isnan(norm._sum(a, axes)[0, 1]).all() and not np.isnan(norm._sum(a, axes)[0, 0]).any()
 
 
 def test_norm_forward_in_place(rng):

@@ -11,8 +11,9 @@ engine's (reference/norm.py), with m the number of elements reduced per channel:
              dx = scale*inv*dy - scale*inv^2*dscale/m*(x - mean) - scale*inv*dbias/m
 
 Precision choice: full-size passes run in the compute dtype ``dt`` (float32 for float32 data);
-every per-channel sum accumulates in float64 (``np.add.reduce(..., dtype=float64)`` casts in
-NumPy's internal buffers, never a full-size float64 copy).  The variance is two-pass: training
+every per-channel sum accumulates in float64 (``_sum``: a block of samples converted at a time,
+or ``np.add.reduce(..., dtype=float64)`` casting in NumPy's internal buffers; never a full-size
+float64 copy).  The variance is two-pass: training
 writes d = x - mean_dt into y, sums d^2 blockwise, and var = E[d^2] - (mean - mean_dt)^2
 corrects for mean_dt being the rounded mean; then y = d*(scale*inv) + bias in place (5 passes
 over the data in all).  Per-channel scalars (inv, the dx coefficients) are formed in float64 and
@@ -28,6 +29,7 @@ from ._arrays import blocks, dest, empty_like_layout
 from ._kernels import kernel
 
 F64 = np.float64
+SMALL_PLANE = 4  # ``_sum``: spatial planes of at most this many elements take the matrix-vector sums
 
 
 def _scalar(op, ins, name):
@@ -39,6 +41,23 @@ def _count(x, axes) -> int:
 
 
 def _sum(a, axes):
+    """Per-channel sums over ``axes``, accumulated in float64.  A C-contiguous spatial reduction
+    (axes 0, 2, 3...: the channel axis kept) over small planes (at most SMALL_PLANE elements) runs
+    as float64 matrix-vector products over blocks of samples (each block converted once,
+    BLOCK_ELEMENTS at most): NumPy's multi-axis reduce with a float64 dtype walks such planes one
+    by one (batch norm forward + backward at 8x512x2x2, 2-core EPYC, four in-process interleaved
+    A/B runs: -26% to -32%; at 4x4 planes the runs ranged from -14% to +8%, at 8x8 and up the
+    reduce is as fast or faster: those keep it)."""
+    nd = a.ndim
+    if nd >= 3 and a.flags.c_contiguous and axes == (0,) + tuple(range(2, nd)) and a.size \
+            and a.size // (a.shape[0] * a.shape[1]) <= SMALL_PLANE:
+        n, c = a.shape[:2]
+        plane = a.size // (n * c)
+        ones = np.ones(plane)
+        acc = np.zeros(c)
+        for blk in blocks(n, a[:1].size):
+            acc += (a[blk].reshape(-1, c, plane).astype(F64) @ ones).sum(axis=0)
+        return acc.reshape((1, c) + (1,) * (nd - 2))
     return np.add.reduce(a, axis=axes, dtype=F64, keepdims=True)
 
 
