@@ -21,6 +21,12 @@ FUZZ=${FUZZ:-3000}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$RES/device.txt"
 started=$(date +%s)
 BUDGET_S=${BUDGET_S:-560}
+# the compiled steady path (setup.py: cudnn_compat/_backend/_steady.c) in place, as an install builds it
+if python3 setup.py -q build_ext --inplace > "$RES/build_ext.log" 2>&1 && python3 -c "import cudnn_compat._backend._steady"; then
+    echo "compiled steady path: built"
+else
+    echo "compiled steady path: NOT built, the Python twins run (build_ext.log)"
+fi
 touch "$RES/.started"  # what is newer was written by this run
 pack() { tar czf "$OUT/device_check.tgz" -C "$(dirname "$RES")" device_check; }  # after every step: a cut-off run keeps what it did
 

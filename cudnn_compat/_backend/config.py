@@ -170,6 +170,8 @@ VARIABLES = (
     Variable("CUDNN_COMPAT_DUMP_KERNELS", None, path, "write every CUDA kernel the cupy engine compiles, and every "
              "generated Python function (legacy wrappers, plan binders), to this folder", "folder"),
     Variable("CUDNN_COMPAT_RNN_GRAPHS", True, boolean, "cupy engine: replay RNN recurrences as CUDA graphs", "1|0"),
+    Variable("CUDNN_COMPAT_COMPILED", True, boolean, "the compiled steady path of prepared calls (_backend/_steady.c) "
+             "where it is built; 0: its Python twins (the same checks and launches, more host time per call)", "1|0"),
     Variable("CUDNN_COMPAT_CUPY_GRAPHS", False, boolean, "cupy engine: replay cached launch records as CUDA graphs "
              "(less host time per call; off: at batch 32 the ResNet-50 step ran slower with it)", "1|0"),
     Variable("CUDNN_COMPAT_CUDNN_GRAPHS", True, boolean, "cudnn engine: replay cached plans as CUDA graphs", "1|0"),

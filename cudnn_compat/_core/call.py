@@ -16,6 +16,7 @@ import numpy as np
 
 from cudnn_compat._backend import planner
 from cudnn_compat._backend import prepared as _prepared
+from cudnn_compat._backend import steady as _steady
 from . import fastbind as _fastbind
 from .fastbind import program as _program
 from cudnn_compat._backend.ir import GraphError, Operation, scalar as scalar_tensor, virtual
@@ -195,6 +196,21 @@ def run(handle, key: tuple, build, tensors: dict, scalars: dict, workspace=None,
     return plan
 
 
+_run_py = run  # the Python run: the whole path, and the compiled run's general path
+
+
+def _compiled_run():
+    """``run`` with its steady path compiled (``_backend/_steady.c`` Run: the prepared-call part of
+    ``run`` and ``Prepared.__call__`` in one C call, the rest ``_run_py``), or ``_run_py`` where the
+    extension is not built or CUDNN_COMPAT_COMPILED=0 (read once, at import)."""
+    compiled = _steady.module()
+    if compiled is None:
+        return _run_py
+    return compiled.Run(_run_py, HOOKS, _PREPARED, _BY_VALUE, _OV, _ENVIRON, (_K_ENGINE, _K_FALLBACK), _LAST,
+                        _prepared.CACHE.hit, _prepared.CACHE.touch, _prepared.TOUCH_EVERY, planner.launch_failed,
+                        _CUPY_NDARRAY)
+
+
 def _workspace(place: str, workspace):
     """A call's workspace argument after its rules: a library object or anything else that is no
     buffer is BAD_PARAM (``workspace_arg``), and so is a nonzero int on the CPU place (a host
@@ -332,6 +348,7 @@ def copy_back(plan, tensors: dict, staged: dict) -> None:
 
 
 _LAST = threading.local()
+run = _compiled_run()
 
 
 def last_plan():

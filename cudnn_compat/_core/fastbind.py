@@ -33,6 +33,7 @@ import itertools
 
 from . import data as _data
 from . import generated as _generated
+from cudnn_compat._backend import steady as _steady
 from .data import layout
 from .uids import PRIOR_OFFSET as Y_PRIOR_OFFSET  # uid of "y before the call" = uid(y) + this
 
@@ -126,19 +127,42 @@ def values(plan):
 _SERIAL = itertools.count(1)
 
 
-def _generate(plan, prog, nd, prior_offset: int, order=None):
-    """The variant-pack binder of ``prog``; with ``order`` (uids) the values binder."""
+def _entries(prog, prior_offset: int) -> tuple:
+    """The tensors a binder of ``prog`` binds, in binding order: (uid, mode, alt, need, storage,
+    accepted), mode 0 a tensor the caller must give, mode 1 a prior output the caller may omit that
+    then takes entry ``alt``'s pointer (the output's, of the same span), mode 2 one that then takes
+    the caller's ``tensors[alt]`` (checked for its own span).  Outputs come before their priors."""
     tensors = [(e[0], e[4], e[5], e[6]) for e in prog if not e[2]]  # (uid, need, storage, accepted)
-    scalars = [e[0] for e in prog if e[2]]
     uids = {u for u, *_ in tensors}
-    # outputs before their priors, so a prior the caller did not pass can reuse the output's pointer
     tensors.sort(key=lambda e: (e[0] - prior_offset in uids, e[0]))
+    index = {u: k for k, (u, *_r) in enumerate(tensors)}
     need_of = {u: n for u, n, _s, _a in tensors}
+    out = []
+    for u, need, storage, acc in tensors:
+        base = u - prior_offset
+        if base in uids and need_of[base] == need:
+            out.append((u, 1, index[base], need, storage, acc))
+        elif base in uids:
+            out.append((u, 2, base, need, storage, acc))
+        else:
+            out.append((u, 0, -1, need, storage, acc))
+    return tuple(out)
+
+
+def _generate(plan, prog, nd, prior_offset: int, order=None):
+    """The variant-pack binder of ``prog``; with ``order`` (uids) the values binder: the compiled one
+    (``_backend/_steady.c`` Values) where it is built, else its Python twin generated here."""
+    entries = _entries(prog, prior_offset)
+    uids = {e[0] for e in entries}
+    compiled = _steady.module() if order is not None else None
+    if compiled is not None:
+        at = {e[0]: k for k, e in enumerate(entries)}
+        return compiled.Values(entries, tuple((0, at[u]) if u in uids else (1, u) for u in order), nd, _data.POINTER_MIN)
+    scalars = [e[0] for e in prog if e[2]]
     ns = {"ND": nd}
     lines = ["def values(tensors, scalars):" if order is not None else "def bind(tensors, scalars):"]
-    for k, (u, need, storage, acc) in enumerate(tensors):
+    for k, (u, mode, alt, need, storage, acc) in enumerate(entries):
         ns[f"S{k}"], ns[f"A{k}"] = storage, acc
-        base = u - prior_offset
         check = ["        if type(b) is ND:",
                  f"            if (b.dtype is not S{k} and b.dtype not in A{k}) or not (b._c_contiguous or b._f_contiguous) "
                  f"or b.nbytes < {need}:",
@@ -148,16 +172,16 @@ def _generate(plan, prog, nd, prior_offset: int, order=None):
                  f"            p{u} = b",
                  "        else:",
                  "            return None"]
-        if base in uids and need_of[base] == need:
+        if mode == 1:
             lines += [f"    e = tensors.get({u})",
                       "    if e is None:",
-                      f"        p{u} = p{base}",
+                      f"        p{u} = p{entries[alt][0]}",
                       "    else:",
                       "        b = e[0]"] + check
-        elif base in uids:
+        elif mode == 2:
             lines += [f"    e = tensors.get({u})",
                       "    if e is None:",
-                      f"        e = tensors[{base}]",
+                      f"        e = tensors[{alt}]",
                       "    b = e[0]"] + [c[4:] for c in check]
         else:  # a tensor the caller must give (a missing one: KeyError, below)
             lines += [f"    b = tensors[{u}][0]"] + [c[4:] for c in check]
@@ -165,7 +189,7 @@ def _generate(plan, prog, nd, prior_offset: int, order=None):
         items = [f"p{u}" if u in uids else f"scalars[{u}]" for u in order]
         lines.append(f"    return ({', '.join(items)}{',' if len(items) == 1 else ''})")
     else:
-        items = [f"{u}: p{u}" for u, *_ in tensors] + [f"{u}: scalars[{u}]" for u in scalars]
+        items = [f"{u}: p{u}" for u, *_ in entries] + [f"{u}: scalars[{u}]" for u in scalars]
         lines.append(f"    return {{{', '.join(items)}}}")
     # a tensor or scalar the call did not give: None (the general binding raises what it raises)
     lines = [lines[0], "  try:"] + ["  " + ln for ln in lines[1:]] + ["  except KeyError:", "    return None"]

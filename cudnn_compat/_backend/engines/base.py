@@ -71,6 +71,7 @@ def current_stream_function():
         import cupy
         get = cupy.cuda.get_current_stream
         f = STREAM_PTR[0] = lambda: get().ptr
+        f.stream = get  # the stream object itself (what compiled callers take, reading its .ptr)
     return f
 
 

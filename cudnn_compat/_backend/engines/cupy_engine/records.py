@@ -33,6 +33,7 @@ from functools import partial, reduce
 from operator import itemgetter, or_
 
 from ... import config
+from ... import steady as _steady
 from . import runtime
 from .. import graphs as _graphs
 from ..base import current_stream_function
@@ -345,4 +346,12 @@ class FastPath:
                             capture(gk, launches)
             counter[0] += rec[2]
             return True
-        return launch
+        compiled = _steady.module()
+        address = _steady.launch_address(lk) if compiled is not None else None
+        if address is None:
+            return launch
+        # the compiled launcher (_backend/_steady.c): the same record path; the closure above is its
+        # twin and its fallback (the graph table, the lock held by another thread)
+        slots = tuple((i, c) for i, (_u, c) in zip(pack_idx, self.layout.vars))
+        return compiled.Launcher(recs, slots, align, guards, getattr(cur, "stream", cur), counter, direct, genv, gkey, gov, table_always,
+                                 launch, lock, address, runtime.cupy().cuda.driver.CUDADriverError)

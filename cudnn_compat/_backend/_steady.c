@@ -1,0 +1,880 @@
+/* The steady path of a prepared call, compiled (issue 26 item 8; docs/architecture.md "One call, end
+ * to end", step 6).  An optional accelerator: every object here has a Python twin that runs where
+ * this module is not built, and tests/test_steady.py checks each pair against each other.
+ *
+ *   Values(entries, order, nd, pointer_min)
+ *       the values binder of a plan (Python twin: the source _core/fastbind.py generates): per
+ *       tensor the same test (type is nd, dtype identity or membership in the accepted set, C or F
+ *       contiguity, nbytes at least the span; or a device pointer int >= pointer_min), giving the
+ *       values in the plan's launch order; None on the first buffer of another form or a missing
+ *       tensor or scalar (the general binding then binds, and raises what it raises).
+ *         entries: ((uid, mode, alt, need, storage dtype, accepted dtypes), ...) in binding order;
+ *                  mode 0: tensors[uid][0] must be there; mode 1: a prior output the caller may omit,
+ *                  then entry ``alt``'s pointer; mode 2: the same, then tensors[alt][0]
+ *         order:   ((0, entry index) | (1, scalar uid), ...)
+ *
+ *   Launcher(records, slots, align, guards, cur, counter, direct, env, key, overrides, fallback,
+ *            lock, launch_address, error)
+ *       (cur() gives the current stream's handle, or the stream object: its .ptr)
+ *       a cupy plan's launch(values, stream, workspace=None, workspace_size=0) -> bool (Python twin:
+ *       cupy_engine/records.py FastPath.launcher), for the record path: pick the record of (stream,
+ *       alignment), refuse overlapping guarded pairs, patch the variable slots, cuLaunchKernel each
+ *       launch.  With the graph table in use (CUDNN_COMPAT_CUPY_GRAPHS set) or the plan's lock held
+ *       by another thread it calls ``fallback`` (the Python launcher) with the same arguments.
+ *         records: the FastPath's dict (stream, alignment outcome) -> (buffer, launches, n, fires)
+ *         slots:   ((values index, 'Q' | 'f' | 'd'), ...): the record's variable slots, 8 bytes each
+ *
+ * Nothing here releases the GIL, so a record found in ``records`` stays alive (and its buffers with
+ * it) for the whole call.  The launch function is given as an address (cuLaunchKernel's, or the
+ * recording stub below in tests), so this file links against nothing but Python.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#define PyFloat_Pack4 _PyFloat_Pack4
+#endif
+
+typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         unsigned shm, void *stream, void **params, void **extra);
+
+static PyObject *S_dtype, *S_c, *S_f, *S_nbytes, *S_data, *S_ptr, *S_acquire, *S_release, *S_get;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Values                                                                                         */
+
+typedef struct {
+    PyObject *uid;      /* the tensors dict key */
+    int mode;
+    Py_ssize_t alt_index; /* mode 1 */
+    PyObject *alt_uid;  /* mode 2 */
+    Py_ssize_t need;
+    PyObject *storage;
+    PyObject *accepted;
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n, norder;
+    Entry *e;
+    int *okind;          /* 0: entry, 1: scalar */
+    Py_ssize_t *oidx;
+    PyObject **ouid;
+    PyObject *nd;
+    long long pointer_min;
+    PyObject *spec;      /* (entries, order): kept for repr and the tests */
+    vectorcallfunc vc;
+} Values;
+
+static void Values_dealloc(Values *self) {
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        Py_XDECREF(self->e[i].uid); Py_XDECREF(self->e[i].alt_uid);
+        Py_XDECREF(self->e[i].storage); Py_XDECREF(self->e[i].accepted);
+    }
+    for (Py_ssize_t i = 0; i < self->norder; i++) Py_XDECREF(self->ouid[i]);
+    PyMem_Free(self->e); PyMem_Free(self->okind); PyMem_Free(self->oidx); PyMem_Free(self->ouid);
+    Py_XDECREF(self->nd); Py_XDECREF(self->spec);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Values_vcall(Values *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static PyObject *Values_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Values *self = (Values *)type->tp_alloc(type, 0);
+    if (self) self->vc = (vectorcallfunc)Values_vcall;
+    return (PyObject *)self;
+}
+
+static int Values_init(Values *self, PyObject *args, PyObject *kw) {
+    PyObject *entries, *order, *nd;
+    long long pmin;
+    if (!PyArg_ParseTuple(args, "O!O!OL", &PyTuple_Type, &entries, &PyTuple_Type, &order, &nd, &pmin)) return -1;
+    if (self->e) { PyErr_SetString(PyExc_TypeError, "Values is initialized once"); return -1; }
+    Py_ssize_t n = PyTuple_GET_SIZE(entries), no = PyTuple_GET_SIZE(order);
+    self->e = PyMem_Calloc(n ? n : 1, sizeof(Entry));
+    self->okind = PyMem_Calloc(no ? no : 1, sizeof(int));
+    self->oidx = PyMem_Calloc(no ? no : 1, sizeof(Py_ssize_t));
+    self->ouid = PyMem_Calloc(no ? no : 1, sizeof(PyObject *));
+    if (!self->e || !self->okind || !self->oidx || !self->ouid) { PyErr_NoMemory(); return -1; }
+    self->n = n; self->norder = no;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(entries, i), *uid, *alt, *storage, *acc;
+        int mode;
+        Py_ssize_t need;
+        if (!PyArg_ParseTuple(t, "OiOnOO", &uid, &mode, &alt, &need, &storage, &acc)) return -1;
+        if (mode < 0 || mode > 2) { PyErr_SetString(PyExc_ValueError, "entry mode must be 0, 1 or 2"); return -1; }
+        Entry *e = &self->e[i];
+        e->mode = mode; e->need = need;
+        if (mode == 1) {
+            e->alt_index = PyLong_AsSsize_t(alt);
+            if (e->alt_index == -1 && PyErr_Occurred()) return -1;
+            if (e->alt_index < 0 || e->alt_index >= i) {
+                PyErr_SetString(PyExc_ValueError, "a mode-1 entry names an earlier entry"); return -1;
+            }
+        } else if (mode == 2) {
+            Py_INCREF(alt); e->alt_uid = alt;
+        }
+        Py_INCREF(uid); e->uid = uid;
+        Py_INCREF(storage); e->storage = storage;
+        Py_INCREF(acc); e->accepted = acc;
+    }
+    for (Py_ssize_t k = 0; k < no; k++) {
+        PyObject *t = PyTuple_GET_ITEM(order, k), *x;
+        int kind;
+        if (!PyArg_ParseTuple(t, "iO", &kind, &x)) return -1;
+        self->okind[k] = kind;
+        if (kind == 0) {
+            self->oidx[k] = PyLong_AsSsize_t(x);
+            if (self->oidx[k] < 0 || self->oidx[k] >= n) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "order names no entry");
+                return -1;
+            }
+        } else if (kind == 1) {
+            Py_INCREF(x); self->ouid[k] = x;
+        } else {
+            PyErr_SetString(PyExc_ValueError, "order kind must be 0 or 1"); return -1;
+        }
+    }
+    Py_INCREF(nd); self->nd = nd;
+    self->pointer_min = pmin;
+    self->spec = PyTuple_Pack(2, entries, order);
+    return self->spec ? 0 : -1;
+}
+
+/* tensors[key][0] (a borrowed reference); NULL without an error when the key is missing, Py_None when the
+ * item is no tuple (the general binding decides) */
+static PyObject *given(PyObject *tensors, PyObject *key) {
+    PyObject *t = PyDict_GetItemWithError(tensors, key);
+    if (t == NULL) return NULL;
+    if (PyTuple_Check(t) && PyTuple_GET_SIZE(t) > 0) return PyTuple_GET_ITEM(t, 0);
+    return Py_None;
+}
+
+/* the pointer of buffer ``b`` for entry ``e`` (a new reference), Py_None (borrowed, not counted) when it
+ * is of another form, NULL with an error set */
+static PyObject *pointer_of(Values *self, Entry *e, PyObject *b) {
+    if (Py_TYPE(b) == (PyTypeObject *)self->nd) {
+        PyObject *dt = PyObject_GetAttr(b, S_dtype);
+        if (dt == NULL) return NULL;
+        int ok = dt == e->storage;
+        if (!ok) {
+            ok = PySequence_Contains(e->accepted, dt);
+            if (ok < 0) { Py_DECREF(dt); return NULL; }
+        }
+        Py_DECREF(dt);
+        if (!ok) return Py_None;
+        PyObject *c = PyObject_GetAttr(b, S_c);
+        if (c == NULL) return NULL;
+        int contig = PyObject_IsTrue(c);
+        Py_DECREF(c);
+        if (contig < 0) return NULL;
+        if (!contig) {
+            PyObject *f = PyObject_GetAttr(b, S_f);
+            if (f == NULL) return NULL;
+            contig = PyObject_IsTrue(f);
+            Py_DECREF(f);
+            if (contig < 0) return NULL;
+            if (!contig) return Py_None;
+        }
+        PyObject *nb = PyObject_GetAttr(b, S_nbytes);
+        if (nb == NULL) return NULL;
+        Py_ssize_t have = PyLong_AsSsize_t(nb);
+        Py_DECREF(nb);
+        if (have == -1 && PyErr_Occurred()) return NULL;
+        if (have < e->need) return Py_None;
+        PyObject *mem = PyObject_GetAttr(b, S_data);
+        if (mem == NULL) return NULL;
+        PyObject *p = PyObject_GetAttr(mem, S_ptr);
+        Py_DECREF(mem);
+        return p;
+    }
+    if (PyLong_CheckExact(b)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(b, &overflow);
+        if (v == -1 && PyErr_Occurred()) return NULL;
+        if (overflow > 0 || (!overflow && v >= self->pointer_min)) { Py_INCREF(b); return b; }
+    }
+    return Py_None;
+}
+
+static PyObject *Values_vcall(Values *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "values(tensors, scalars) takes two arguments"); return NULL;
+    }
+    PyObject *tensors = args[0], *scalars = args[1];
+    if (!PyDict_CheckExact(tensors) || !PyDict_CheckExact(scalars)) {
+        PyErr_SetString(PyExc_TypeError, "values(tensors, scalars) takes two dicts"); return NULL;
+    }
+    PyObject *stack[16];
+    PyObject **p = self->n <= 16 ? stack : PyMem_Calloc(self->n, sizeof(PyObject *));
+    if (p == NULL) return PyErr_NoMemory();
+    Py_ssize_t done = 0;
+    PyObject *result = NULL;
+    for (; done < self->n; done++) {
+        Entry *e = &self->e[done];
+        PyObject *b = given(tensors, e->uid);
+        if (b == NULL) {
+            if (PyErr_Occurred()) goto out;
+            if (e->mode == 0) goto none;
+            if (e->mode == 1) { p[done] = p[e->alt_index]; Py_INCREF(p[done]); continue; }
+            b = given(tensors, e->alt_uid);
+            if (b == NULL) { if (PyErr_Occurred()) goto out; goto none; }
+        }
+        if (b == Py_None) goto none;
+        PyObject *ptr = pointer_of(self, e, b);
+        if (ptr == NULL) goto out;
+        if (ptr == Py_None) goto none;
+        p[done] = ptr;
+    }
+    result = PyTuple_New(self->norder);
+    if (result == NULL) goto out;
+    for (Py_ssize_t k = 0; k < self->norder; k++) {
+        PyObject *v;
+        if (self->okind[k] == 0) {
+            v = p[self->oidx[k]];
+        } else {
+            v = PyDict_GetItemWithError(scalars, self->ouid[k]);
+            if (v == NULL) {
+                Py_CLEAR(result);
+                if (PyErr_Occurred()) goto out;
+                goto none;
+            }
+        }
+        Py_INCREF(v);
+        PyTuple_SET_ITEM(result, k, v);
+    }
+    goto out;
+none:
+    result = Py_None;
+    Py_INCREF(result);
+out:
+    for (Py_ssize_t i = 0; i < done; i++) Py_DECREF(p[i]);
+    if (p != stack) PyMem_Free(p);
+    return result;
+}
+
+static PyObject *Values_call(Values *self, PyObject *args, PyObject *kw) {
+    return PyVectorcall_Call((PyObject *)self, args, kw);
+}
+
+static PyObject *Values_spec(Values *self, void *closure) { Py_INCREF(self->spec); return self->spec; }
+
+static PyGetSetDef Values_getset[] = {{"spec", (getter)Values_spec, NULL, "(entries, order) as given", NULL}, {NULL}};
+
+static PyTypeObject ValuesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cudnn_compat._backend._steady.Values",
+    .tp_basicsize = sizeof(Values),
+    .tp_dealloc = (destructor)Values_dealloc,
+    .tp_vectorcall_offset = offsetof(Values, vc),
+    .tp_call = (ternaryfunc)Values_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Values(entries, order, nd, pointer_min): a plan's values binder (module docstring)",
+    .tp_init = (initproc)Values_init,
+    .tp_new = Values_new,
+    .tp_getset = Values_getset,
+};
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Launcher                                                                                       */
+
+typedef struct {
+    void *f;
+    unsigned g[3], b[3], shm;
+    void **params;
+} Launch;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *records, *cur, *counter, *direct, *env, *key, *overrides, *fallback, *lock, *error, *locked;
+    int table_always;
+    Py_ssize_t nslots, nalign, nguards;
+    Py_ssize_t *slot_idx;
+    char *slot_code;
+    Py_ssize_t *align;
+    Py_ssize_t *guards;   /* i, j per guard */
+    unsigned long long *spans; /* si, sj per guard */
+    launch_fn launch;
+    /* the last record used: its tuple (held), buffer address and launches */
+    PyObject *last;
+    char *buf;
+    Py_ssize_t buflen;
+    Launch *launches;
+    Py_ssize_t nlaunch;
+    PyObject *n_obj;
+} Launcher;
+
+static void Launcher_clear_last(Launcher *self) {
+    Py_CLEAR(self->last);
+    Py_CLEAR(self->n_obj);
+    PyMem_Free(self->launches);
+    self->launches = NULL; self->nlaunch = 0; self->buf = NULL; self->buflen = 0;
+}
+
+static void Launcher_dealloc(Launcher *self) {
+    Launcher_clear_last(self);
+    Py_XDECREF(self->records); Py_XDECREF(self->cur); Py_XDECREF(self->counter); Py_XDECREF(self->direct);
+    Py_XDECREF(self->env); Py_XDECREF(self->key); Py_XDECREF(self->overrides); Py_XDECREF(self->fallback);
+    Py_XDECREF(self->lock); Py_XDECREF(self->error); Py_XDECREF(self->locked);
+    PyMem_Free(self->slot_idx); PyMem_Free(self->slot_code); PyMem_Free(self->align);
+    PyMem_Free(self->guards); PyMem_Free(self->spans);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Launcher_init(Launcher *self, PyObject *args, PyObject *kw) {
+    PyObject *records, *slots, *align, *guards, *cur, *counter, *direct, *env, *key, *ov, *fallback, *lock, *error;
+    int table_always;
+    unsigned long long addr;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!OOOpOOKO", &PyDict_Type, &records, &PyTuple_Type, &slots,
+                          &PyTuple_Type, &align, &PyTuple_Type, &guards, &cur, &PyList_Type, &counter,
+                          &PyList_Type, &direct, &env, &key, &ov, &table_always, &fallback, &lock, &addr, &error))
+        return -1;
+    if (self->records) { PyErr_SetString(PyExc_TypeError, "Launcher is initialized once"); return -1; }
+    if (!addr) { PyErr_SetString(PyExc_ValueError, "no launch function"); return -1; }
+    if (PyList_GET_SIZE(counter) < 1 || PyList_GET_SIZE(direct) < 1) {
+        PyErr_SetString(PyExc_ValueError, "counter and direct are one-item lists"); return -1;
+    }
+    Py_ssize_t ns = PyTuple_GET_SIZE(slots), na = PyTuple_GET_SIZE(align), ng = PyTuple_GET_SIZE(guards);
+    self->slot_idx = PyMem_Calloc(ns ? ns : 1, sizeof(Py_ssize_t));
+    self->slot_code = PyMem_Calloc(ns ? ns : 1, 1);
+    self->align = PyMem_Calloc(na ? na : 1, sizeof(Py_ssize_t));
+    self->guards = PyMem_Calloc(ng ? 2 * ng : 1, sizeof(Py_ssize_t));
+    self->spans = PyMem_Calloc(ng ? 2 * ng : 1, sizeof(unsigned long long));
+    if (!self->slot_idx || !self->slot_code || !self->align || !self->guards || !self->spans) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t k = 0; k < ns; k++) {
+        Py_ssize_t i;
+        const char *code;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(slots, k), "ns", &i, &code)) return -1;
+        if (i < 0 || strlen(code) != 1 || !strchr("Qfd", code[0])) {
+            PyErr_SetString(PyExc_ValueError, "a slot is (values index >= 0, 'Q' | 'f' | 'd')"); return -1;
+        }
+        self->slot_idx[k] = i; self->slot_code[k] = code[0];
+    }
+    for (Py_ssize_t k = 0; k < na; k++) {
+        self->align[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(align, k));
+        if (self->align[k] < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "align index < 0"); return -1; }
+    }
+    for (Py_ssize_t k = 0; k < ng; k++) {
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(guards, k), "nnKK", &self->guards[2 * k], &self->guards[2 * k + 1],
+                              &self->spans[2 * k], &self->spans[2 * k + 1]))
+            return -1;
+        if (self->guards[2 * k] < 0 || self->guards[2 * k + 1] < 0) {
+            PyErr_SetString(PyExc_ValueError, "guard index < 0"); return -1;
+        }
+    }
+    self->nslots = ns; self->nalign = na; self->nguards = ng;
+    self->table_always = table_always;
+    self->launch = (launch_fn)(uintptr_t)addr;
+#define KEEP(field, v) do { Py_INCREF(v); self->field = v; } while (0)
+    KEEP(records, records); KEEP(cur, cur); KEEP(counter, counter); KEEP(direct, direct); KEEP(env, env);
+    KEEP(key, key); KEEP(overrides, ov); KEEP(fallback, fallback); KEEP(lock, lock); KEEP(error, error);
+#undef KEEP
+    self->locked = PyObject_GetAttrString(lock, "locked");
+    return self->locked ? 0 : -1;
+}
+
+/* the largest index of ``values`` the launcher reads */
+static Py_ssize_t Launcher_max_index(Launcher *self) {
+    Py_ssize_t m = -1;
+    for (Py_ssize_t k = 0; k < self->nslots; k++) if (self->slot_idx[k] > m) m = self->slot_idx[k];
+    for (Py_ssize_t k = 0; k < self->nalign; k++) if (self->align[k] > m) m = self->align[k];
+    for (Py_ssize_t k = 0; k < 2 * self->nguards; k++) if (self->guards[k] > m) m = self->guards[k];
+    return m;
+}
+
+/* make ``rec`` (records' value tuple) the launcher's last record: 0, or -1 with an error set */
+static int Launcher_adopt(Launcher *self, PyObject *rec) {
+    Launcher_clear_last(self);
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < 3) { PyErr_SetString(PyExc_TypeError, "a record is (buffer, launches, n, ...)"); return -1; }
+    Py_buffer view;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(rec, 0), &view, PyBUF_WRITABLE) < 0) return -1;
+    char *buf = view.buf;
+    Py_ssize_t len = view.len;
+    PyBuffer_Release(&view);  /* the record tuple holds the buffer object, so its memory stays */
+    if (len < 8 * self->nslots) { PyErr_SetString(PyExc_ValueError, "a record's buffer is shorter than its slots"); return -1; }
+    PyObject *launches = PyTuple_GET_ITEM(rec, 1);
+    if (!PyTuple_Check(launches)) { PyErr_SetString(PyExc_TypeError, "a record's launches are a tuple"); return -1; }
+    Py_ssize_t n = PyTuple_GET_SIZE(launches);
+    Launch *ls = PyMem_Calloc(n ? n : 1, sizeof(Launch));
+    if (!ls) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned long long f, pa;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(launches, k), "KIIIIIIIK", &f, &ls[k].g[0], &ls[k].g[1], &ls[k].g[2],
+                              &ls[k].b[0], &ls[k].b[1], &ls[k].b[2], &ls[k].shm, &pa)) {
+            PyMem_Free(ls); return -1;
+        }
+        ls[k].f = (void *)(uintptr_t)f;
+        ls[k].params = (void **)(uintptr_t)pa;
+    }
+    Py_INCREF(rec);
+    self->last = rec;
+    self->n_obj = PyTuple_GET_ITEM(rec, 2);
+    Py_INCREF(self->n_obj);
+    self->buf = buf; self->buflen = len; self->launches = ls; self->nlaunch = n;
+    return 0;
+}
+
+static PyObject *call_fallback(Launcher *self, PyObject *const *args, Py_ssize_t nargs) {
+    return PyObject_Vectorcall(self->fallback, args, nargs, NULL);
+}
+
+/* 1 when the direct branch applies (no graph table), 0 when the fallback decides, -1 on error */
+static int direct_branch(Launcher *self) {
+    int d = PyObject_IsTrue(PyList_GET_ITEM(self->direct, 0));
+    if (d) return d;
+    if (self->table_always) return 0;
+    int in_env = PyDict_Check(self->env) ? PyDict_Contains(self->env, self->key) : PySequence_Contains(self->env, self->key);
+    if (in_env) return in_env < 0 ? -1 : 0;
+    int ov = PyObject_IsTrue(self->overrides);
+    return ov < 0 ? -1 : !ov;
+}
+
+static PyObject *Launcher_vcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (nargs < 2 || nargs > 4) { PyErr_SetString(PyExc_TypeError, "launch(values, stream, workspace=None, workspace_size=0)"); return NULL; }
+    PyObject *values = args[0], *stream = args[1];
+    if (!PyTuple_Check(values) || PyTuple_GET_SIZE(values) <= Launcher_max_index(self)) return call_fallback(self, args, nargs);
+    int d = direct_branch(self);
+    if (d < 0) return NULL;
+    if (!d) return call_fallback(self, args, nargs);
+    /* the stream */
+    unsigned long long sptr;
+    PyObject *sobj;
+    if (stream == Py_None) {  /* the current stream: cur() gives its handle, or the stream (its .ptr) */
+        PyObject *cs = PyObject_CallNoArgs(self->cur);
+        if (cs == NULL) return NULL;
+        if (PyLong_Check(cs)) sobj = cs;
+        else { sobj = PyObject_GetAttr(cs, S_ptr); Py_DECREF(cs); }
+    }
+    else if (PyLong_CheckExact(stream)) { sobj = stream; Py_INCREF(sobj); }
+    else sobj = PyObject_GetAttr(stream, S_ptr);
+    if (sobj == NULL) return NULL;
+    sptr = PyLong_AsUnsignedLongLong(sobj);
+    if (sptr == (unsigned long long)-1 && PyErr_Occurred()) { Py_DECREF(sobj); return NULL; }
+    /* the record of (stream, alignment outcome) */
+    PyObject *akey = NULL;
+    if (self->nalign) {
+        unsigned long long low = 0;
+        for (Py_ssize_t k = 0; k < self->nalign; k++) {
+            unsigned long long v = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(values, self->align[k]));
+            if (v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); Py_DECREF(sobj); return call_fallback(self, args, nargs); }
+            low |= v;
+        }
+        if (low & 15) {
+            akey = PyTuple_New(self->nalign);
+            if (!akey) { Py_DECREF(sobj); return NULL; }
+            for (Py_ssize_t k = 0; k < self->nalign; k++) {
+                unsigned long long v = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(values, self->align[k]));
+                PyObject *b = (v & 15) == 0 ? Py_True : Py_False;
+                Py_INCREF(b);
+                PyTuple_SET_ITEM(akey, k, b);
+            }
+        }
+    }
+    if (akey == NULL) { akey = Py_True; Py_INCREF(akey); }
+    PyObject *rkey = PyTuple_Pack(2, sobj, akey);
+    Py_DECREF(akey);
+    if (rkey == NULL) { Py_DECREF(sobj); return NULL; }
+    PyObject *rec = PyDict_GetItemWithError(self->records, rkey);
+    Py_DECREF(rkey);
+    if (rec == NULL) {
+        Py_DECREF(sobj);
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_FALSE;
+    }
+    /* a guarded input overlapping an output: the execute (it copies) */
+    for (Py_ssize_t k = 0; k < self->nguards; k++) {
+        unsigned long long vi = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(values, self->guards[2 * k]));
+        unsigned long long vj = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(values, self->guards[2 * k + 1]));
+        if (PyErr_Occurred()) { PyErr_Clear(); Py_DECREF(sobj); return call_fallback(self, args, nargs); }
+        if (vi < vj + self->spans[2 * k + 1] && vj < vi + self->spans[2 * k]) { Py_DECREF(sobj); Py_RETURN_FALSE; }
+    }
+    if (rec != self->last && Launcher_adopt(self, rec) < 0) { Py_DECREF(sobj); return NULL; }
+    /* the plan's lock: held by a thread in the Python launcher (between its pack and its launches): that
+     * launcher waits for it.  Not held: no Python code can take it before this call returns, since nothing
+     * here releases the GIL, so the pack and the launches below need not take it */
+    PyObject *got = PyObject_CallNoArgs(self->locked);
+    if (got == NULL) { Py_DECREF(sobj); return NULL; }
+    int held = PyObject_IsTrue(got);
+    Py_DECREF(got);
+    if (held) { Py_DECREF(sobj); if (held < 0) return NULL; return call_fallback(self, args, nargs); }
+    PyObject *result = Py_False;
+    char *buf = self->buf;
+    for (Py_ssize_t k = 0; k < self->nslots; k++) {
+        PyObject *v = PyTuple_GET_ITEM(values, self->slot_idx[k]);
+        char *at = buf + 8 * k;
+        if (self->slot_code[k] == 'Q') {
+            PyObject *iv = PyNumber_Index(v);  /* what struct's 'Q' takes */
+            if (iv == NULL) { PyErr_Clear(); goto release; }
+            unsigned long long u = PyLong_AsUnsignedLongLong(iv);
+            Py_DECREF(iv);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); goto release; }
+            memcpy(at, &u, 8);
+        } else {
+            double x = PyFloat_AsDouble(v);
+            if (x == -1.0 && PyErr_Occurred()) { PyErr_Clear(); goto release; }
+            if (self->slot_code[k] == 'f') {
+                if (PyFloat_Pack4(x, at, 1) < 0) { PyErr_Clear(); goto release; }  /* out of float range */
+                memset(at + 4, 0, 4);
+            } else {
+                memcpy(at, &x, 8);
+            }
+        }
+    }
+    for (Py_ssize_t k = 0; k < self->nlaunch; k++) {
+        Launch *l = &self->launches[k];
+        int st = self->launch(l->f, l->g[0], l->g[1], l->g[2], l->b[0], l->b[1], l->b[2], l->shm,
+                              (void *)(uintptr_t)sptr, l->params, NULL);
+        if (st) {
+            PyObject *e = PyObject_CallFunction(self->error, "i", st);
+            if (e) { PyErr_SetObject((PyObject *)Py_TYPE(e), e); Py_DECREF(e); }
+            result = NULL;
+            goto release;
+        }
+    }
+    result = Py_True;
+release:
+    Py_DECREF(sobj);
+    if (result == NULL) return NULL;
+    if (result == Py_True) {
+        PyObject *old = PyList_GET_ITEM(self->counter, 0);
+        PyObject *nw = PyNumber_Add(old, self->n_obj);
+        if (nw == NULL) return NULL;
+        PyList_SetItem(self->counter, 0, nw);  /* steals nw */
+    }
+    Py_INCREF(result);
+    return result;
+}
+
+static PyObject *Launcher_call(Launcher *self, PyObject *args, PyObject *kw) {
+    return PyVectorcall_Call((PyObject *)self, args, kw);
+}
+
+static PyTypeObject LauncherType;
+
+static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Launcher *self = (Launcher *)type->tp_alloc(type, 0);
+    if (self) *(vectorcallfunc *)((char *)self + type->tp_vectorcall_offset) = (vectorcallfunc)Launcher_vcall;
+    return (PyObject *)self;
+}
+
+typedef struct { Launcher base; vectorcallfunc vc; } LauncherWithVC;
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cudnn_compat._backend._steady.Launcher",
+    .tp_basicsize = sizeof(LauncherWithVC),
+    .tp_dealloc = (destructor)Launcher_dealloc,
+    .tp_vectorcall_offset = offsetof(LauncherWithVC, vc),
+    .tp_call = (ternaryfunc)Launcher_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "a cupy plan's record launcher (module docstring)",
+    .tp_init = (initproc)Launcher_init,
+    .tp_new = Launcher_new,
+};
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Run                                                                                            */
+/* The legacy layer's ``run`` for a call with a prepared call (_core/call.py run's steady path and
+ * _backend/prepared.py Prepared.__call__, in one C call): anything else, and anything the prepared
+ * call does not take, is ``general(*args, **kw)`` (the Python run, from its first line: nothing
+ * here has written or launched anything then). */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vc;
+    PyObject *general, *hooks, *prepared, *by_value, *overrides, *environ, *keys, *last, *hit, *touch, *failed, *nd,
+             *gpu;
+    long touch_every;
+} Run;
+
+static PyObject *S_switch, *S_place, *S_owner, *S_device, *S_plan, *S_retired, *S_stream, *S_bind, *S_via, *S_launch,
+                *S_calls, *S_key, *S_wsize;
+
+static void Run_dealloc(Run *self) {
+    Py_XDECREF(self->general); Py_XDECREF(self->hooks); Py_XDECREF(self->prepared); Py_XDECREF(self->by_value);
+    Py_XDECREF(self->overrides); Py_XDECREF(self->environ); Py_XDECREF(self->keys); Py_XDECREF(self->last);
+    Py_XDECREF(self->hit); Py_XDECREF(self->touch); Py_XDECREF(self->failed); Py_XDECREF(self->nd);
+    Py_XDECREF(self->gpu);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static PyObject *Run_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Run *self = (Run *)type->tp_alloc(type, 0);
+    if (self) self->vc = (vectorcallfunc)Run_vcall;
+    return (PyObject *)self;
+}
+
+static int Run_init(Run *self, PyObject *args, PyObject *kw) {
+    PyObject *general, *hooks, *prepared, *by_value, *ov, *environ, *keys, *last, *hit, *touch, *failed, *nd;
+    long every;
+    if (!PyArg_ParseTuple(args, "OO!O!O!OOO!OOOlOO", &general, &PyList_Type, &hooks, &PyDict_Type, &prepared,
+                          &PyDict_Type, &by_value, &ov, &environ, &PyTuple_Type, &keys, &last, &hit, &touch, &every,
+                          &failed, &nd))
+        return -1;
+    if (self->general) { PyErr_SetString(PyExc_TypeError, "Run is initialized once"); return -1; }
+#define KEEP(field, v) do { Py_INCREF(v); self->field = v; } while (0)
+    KEEP(general, general); KEEP(hooks, hooks); KEEP(prepared, prepared); KEEP(by_value, by_value);
+    KEEP(overrides, ov); KEEP(environ, environ); KEEP(keys, keys); KEEP(last, last); KEEP(hit, hit);
+    KEEP(touch, touch); KEEP(failed, failed); KEEP(nd, nd);
+#undef KEEP
+    self->touch_every = every;
+    self->gpu = PyUnicode_InternFromString("gpu");
+    return self->gpu ? 0 : -1;
+}
+
+/* 1: attribute ``name`` of ``o`` is true, 0: false, -1: error */
+static int attr_true(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* the prepared call of ``key`` on ``place`` (a new reference), NULL without an error when none */
+static PyObject *prepared_of(Run *self, PyObject *place, PyObject *key) {
+    PyObject *table = PyDict_GetItemWithError(self->prepared, place);
+    if (table == NULL) return NULL;
+    PyObject *id = PyLong_FromVoidPtr(key);
+    if (id == NULL) return NULL;
+    PyObject *prep = PyDict_Check(table) ? PyDict_GetItemWithError(table, id) : NULL;
+    Py_DECREF(id);
+    if (prep != NULL) {
+        PyObject *owner = PyObject_GetAttr(prep, S_owner);
+        if (owner == NULL) return NULL;
+        Py_DECREF(owner);
+        if (owner == key) { Py_INCREF(prep); return prep; }
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *byv = PyDict_GetItemWithError(self->by_value, place);
+    if (byv == NULL || !PyDict_Check(byv)) return NULL;
+    prep = PyDict_GetItemWithError(byv, key);
+    if (prep == NULL) { if (PyErr_ExceptionMatches(PyExc_TypeError)) PyErr_Clear(); return NULL; }  /* unhashable */
+    Py_INCREF(prep);
+    return prep;
+}
+
+static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *prep = NULL, *place = NULL, *plan = NULL, *values = NULL, *stream = NULL, *r = NULL;
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 5 || nargs > 8 || PyList_GET_SIZE(self->hooks))
+        goto general;
+    PyObject *handle = args[0], *key = args[1], *tensors = args[3], *scalars = args[4];
+    PyObject *ws = nargs > 5 ? args[5] : Py_None, *wss = nargs > 6 ? args[6] : NULL, *warg = nargs > 7 ? args[7] : Py_None;
+    int t = attr_true(handle, S_switch);
+    if (t) { if (t < 0) return NULL; goto general; }
+    place = PyObject_GetAttr(handle, S_place);
+    if (place == NULL) return NULL;
+    if (ws != Py_None) {  /* on the GPU place a CuPy array or a pointer int is taken as it is (_workspace) */
+        int gpu = PyUnicode_Check(place) && PyUnicode_Compare(place, self->gpu) == 0;
+        int nd = PyList_Check(self->nd) && PyList_GET_SIZE(self->nd) && Py_TYPE(ws) == (PyTypeObject *)PyList_GET_ITEM(self->nd, 0);
+        if (!gpu || !(PyLong_CheckExact(ws) || nd)) goto general;
+    }
+    if (wss != NULL && !PyLong_CheckExact(wss)) goto general;
+    prep = prepared_of(self, place, key);
+    if (prep == NULL) { if (PyErr_Occurred()) goto error; goto general; }
+    /* the defaults apply: no override, no forced engine or fallback setting in the environment */
+    t = PyObject_IsTrue(self->overrides);
+    if (t) { if (t < 0) goto error; goto general; }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(self->keys); k++) {
+        t = PySequence_Contains(self->environ, PyTuple_GET_ITEM(self->keys, k));
+        if (t) { if (t < 0) goto error; goto general; }
+    }
+    PyObject *pd = PyObject_GetAttr(prep, S_device), *hd = PyObject_GetAttr(handle, S_device);
+    t = pd && hd ? PyObject_RichCompareBool(pd, hd, Py_EQ) : -1;
+    Py_XDECREF(pd); Py_XDECREF(hd);
+    if (t <= 0) { if (t < 0) goto error; goto general; }
+    plan = PyObject_GetAttr(prep, S_plan);
+    if (plan == NULL) goto error;
+    t = attr_true(plan, S_retired);
+    if (t) { if (t < 0) goto error; goto general; }
+    if (warg != Py_None) {  /* a workspace smaller than the plan's: the general path fits one */
+        long long given = 0;
+        if (!(ws == Py_None || (PyLong_CheckExact(ws) && PyObject_Not(ws) == 1))) {
+            given = wss ? PyLong_AsLongLong(wss) : 0;
+            if (given == -1 && PyErr_Occurred()) goto error;
+        }
+        PyObject *need = PyObject_GetAttr(plan, S_wsize);
+        if (need == NULL) goto error;
+        long long n = PyLong_AsLongLong(need);
+        Py_DECREF(need);
+        if (n == -1 && PyErr_Occurred()) goto error;
+        if (given < n) goto general;
+    }
+    stream = PyObject_GetAttr(handle, S_stream);
+    if (stream == NULL) goto error;
+    PyObject *wss_obj = wss ? wss : NULL;
+    t = attr_true(prep, S_via);
+    if (t < 0) goto error;
+    if (t) {  /* no launcher: Prepared.__call__ (the variant pack's dict to planner.execute) */
+        PyObject *cargs[5] = {tensors, scalars, stream, ws, wss_obj};
+        r = PyObject_Vectorcall(prep, cargs, wss_obj ? 5 : 4, NULL);
+        if (r == NULL) goto error;
+        if (r == Py_None) { Py_CLEAR(r); goto general; }
+        Py_DECREF(plan);
+        plan = r;
+        r = NULL;
+    } else {
+        PyObject *bind = PyObject_GetAttr(prep, S_bind);
+        if (bind == NULL) goto error;
+        PyObject *bargs[2] = {tensors, scalars};
+        values = PyObject_Vectorcall(bind, bargs, 2, NULL);
+        Py_DECREF(bind);
+        if (values == NULL) goto error;
+        if (values == Py_None) goto general;
+        PyObject *launch = PyObject_GetAttr(plan, S_launch);
+        if (launch == NULL) goto error;
+        PyObject *largs[4] = {values, stream, ws, wss_obj};
+        r = PyObject_Vectorcall(launch, largs, wss_obj ? 4 : 3, NULL);
+        Py_DECREF(launch);
+        if (r == NULL) {  /* a launcher that raised: logged (planner.launch_failed), the general path decides */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) goto error;
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);
+            PyErr_NormalizeException(&et, &ev, &etb);
+            PyObject *f = PyObject_CallFunctionObjArgs(self->failed, plan, ev ? ev : Py_None, NULL);
+            Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(etb);
+            if (f == NULL) goto error;
+            Py_DECREF(f);
+            goto general;
+        }
+        t = PyObject_IsTrue(r);
+        Py_CLEAR(r);
+        if (t <= 0) { if (t < 0) goto error; goto general; }
+        PyObject *h = PyObject_CallNoArgs(self->hit);
+        if (h == NULL) goto error;
+        Py_DECREF(h);
+        PyObject *calls = PyObject_GetAttr(prep, S_calls);
+        if (calls == NULL) goto error;
+        long c = PyLong_AsLong(calls) + 1;
+        Py_DECREF(calls);
+        if (c == 0 && PyErr_Occurred()) goto error;
+        PyObject *nc = PyLong_FromLong(c);
+        if (nc == NULL || PyObject_SetAttr(prep, S_calls, nc) < 0) { Py_XDECREF(nc); goto error; }
+        Py_DECREF(nc);
+        if (!(c & self->touch_every)) {
+            PyObject *k = PyObject_GetAttr(prep, S_key);
+            if (k == NULL) goto error;
+            PyObject *tr = PyObject_CallOneArg(self->touch, k);
+            Py_DECREF(k);
+            if (tr == NULL) goto error;
+            Py_DECREF(tr);
+        }
+    }
+    if (PyObject_SetAttr(self->last, S_plan, plan) < 0) goto error;  /* last_plan() */
+    Py_XDECREF(values); Py_XDECREF(stream); Py_DECREF(prep); Py_DECREF(place);
+    return plan;
+general:
+    Py_XDECREF(values); Py_XDECREF(stream); Py_XDECREF(plan); Py_XDECREF(prep); Py_XDECREF(place);
+    return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
+error:
+    Py_XDECREF(values); Py_XDECREF(stream); Py_XDECREF(plan); Py_XDECREF(prep); Py_XDECREF(place);
+    return NULL;
+}
+
+static PyObject *Run_call(Run *self, PyObject *args, PyObject *kw) {
+    return PyVectorcall_Call((PyObject *)self, args, kw);
+}
+
+static PyObject *Run_get_general(Run *self, void *closure) { Py_INCREF(self->general); return self->general; }
+
+static PyGetSetDef Run_getset[] = {{"general", (getter)Run_get_general, NULL, "the Python run", NULL}, {NULL}};
+
+static PyTypeObject RunType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cudnn_compat._backend._steady.Run",
+    .tp_basicsize = sizeof(Run),
+    .tp_dealloc = (destructor)Run_dealloc,
+    .tp_vectorcall_offset = offsetof(Run, vc),
+    .tp_call = (ternaryfunc)Run_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "the legacy layer's run with its steady path compiled (see _steady.c)",
+    .tp_init = (initproc)Run_init,
+    .tp_new = Run_new,
+    .tp_getset = Run_getset,
+};
+
+/* ---------------------------------------------------------------------------------------------- */
+/* the recording launch stub (tests): what a launch would have passed                             */
+
+#define STUB_MAX 64
+static struct { void *f; unsigned g[3], b[3], shm; void *stream; uint64_t args[8]; int nargs; } stub_log[STUB_MAX];
+static int stub_n, stub_nargs = 0, stub_status = 0;
+
+static int stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned shm, void *stream, void **params, void **extra) {
+    if (stub_status) return stub_status;
+    if (stub_n < STUB_MAX) {
+        stub_log[stub_n].f = f; stub_log[stub_n].stream = stream; stub_log[stub_n].shm = shm;
+        stub_log[stub_n].g[0] = gx; stub_log[stub_n].g[1] = gy; stub_log[stub_n].g[2] = gz;
+        stub_log[stub_n].b[0] = bx; stub_log[stub_n].b[1] = by; stub_log[stub_n].b[2] = bz;
+        stub_log[stub_n].nargs = stub_nargs;
+        for (int i = 0; i < stub_nargs && i < 8; i++) memcpy(&stub_log[stub_n].args[i], params[i], 8);
+    }
+    stub_n++;
+    return 0;
+}
+
+static PyObject *stub(PyObject *mod, PyObject *args) {
+    int nargs, status = 0;
+    if (!PyArg_ParseTuple(args, "i|i", &nargs, &status)) return NULL;
+    if (nargs < 0 || nargs > 8) { PyErr_SetString(PyExc_ValueError, "0 to 8 arguments"); return NULL; }
+    stub_n = 0; stub_nargs = nargs; stub_status = status;
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)stub_launch);
+}
+
+static PyObject *stub_calls(PyObject *mod, PyObject *unused) {
+    int n = stub_n < STUB_MAX ? stub_n : STUB_MAX;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (int k = 0; k < n; k++) {
+        PyObject *a = PyTuple_New(stub_log[k].nargs);
+        if (!a) { Py_DECREF(out); return NULL; }
+        for (int i = 0; i < stub_log[k].nargs; i++) PyTuple_SET_ITEM(a, i, PyBytes_FromStringAndSize((char *)&stub_log[k].args[i], 8));
+        PyObject *t = Py_BuildValue("(K(III)(III)IKN)", (unsigned long long)(uintptr_t)stub_log[k].f,
+                                    stub_log[k].g[0], stub_log[k].g[1], stub_log[k].g[2],
+                                    stub_log[k].b[0], stub_log[k].b[1], stub_log[k].b[2], stub_log[k].shm,
+                                    (unsigned long long)(uintptr_t)stub_log[k].stream, a);
+        if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); return NULL; }
+        Py_DECREF(t);
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"stub", stub, METH_VARARGS, "stub(nargs, status=0) -> the address of a recording launch function (tests)"},
+    {"stub_calls", stub_calls, METH_NOARGS, "the launches the stub saw since stub(): (f, grid, block, shm, stream, args)"},
+    {NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_steady", "The steady path of a prepared call, compiled (see _steady.c).", -1, methods};
+
+PyMODINIT_FUNC PyInit__steady(void) {
+    if (PyType_Ready(&ValuesType) < 0 || PyType_Ready(&LauncherType) < 0 || PyType_Ready(&RunType) < 0) return NULL;
+#define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
+    INTERN(S_dtype, "dtype"); INTERN(S_c, "_c_contiguous"); INTERN(S_f, "_f_contiguous"); INTERN(S_nbytes, "nbytes");
+    INTERN(S_data, "data"); INTERN(S_ptr, "ptr"); INTERN(S_acquire, "acquire"); INTERN(S_release, "release");
+    INTERN(S_get, "get"); INTERN(S_switch, "switch"); INTERN(S_place, "place"); INTERN(S_owner, "owner");
+    INTERN(S_device, "device"); INTERN(S_plan, "plan"); INTERN(S_retired, "retired"); INTERN(S_stream, "stream");
+    INTERN(S_bind, "bind"); INTERN(S_via, "via_execute"); INTERN(S_launch, "launch"); INTERN(S_calls, "calls");
+    INTERN(S_key, "key"); INTERN(S_wsize, "workspace_size");
+#undef INTERN
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&ValuesType);
+    Py_INCREF(&LauncherType);
+    Py_INCREF(&RunType);
+    if (PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0 ||
+        PyModule_AddObject(m, "Values", (PyObject *)&ValuesType) < 0 ||
+        PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

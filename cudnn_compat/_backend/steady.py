@@ -1,0 +1,45 @@
+"""The compiled steady path of a prepared call (issue 26 item 8): ``_steady.c``, an optional
+extension module built by setup.py, and what its objects need from the running process.
+
+Two objects there have a Python twin each, the same checks and launches in Python:
+
+  ``_steady.Values``    the plan's values binder; twin: the source ``_core/fastbind.py`` generates
+  ``_steady.Launcher``  a cupy plan's record launcher; twin: ``cupy_engine/records.FastPath.launcher``'s
+                        closure (which it calls for what it does not do itself: the graph table)
+
+``module()`` is the extension, or None where it is not built or CUDNN_COMPAT_COMPILED=0: the twins
+run then.  The launch function is cuLaunchKernel's address in the driver library CuPy loaded
+(``launch_address``), so the extension links against nothing but Python.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+
+from . import config
+
+try:
+    from . import _steady as _MODULE
+except ImportError:  # not built (no C compiler at install, or a plain checkout): the Python twins run
+    _MODULE = None
+
+_LAUNCH: list = [None]
+
+
+def module():
+    """The extension module, or None (not built, or CUDNN_COMPAT_COMPILED=0)."""
+    if _MODULE is None or not config.get("CUDNN_COMPAT_COMPILED"):
+        return None
+    return _MODULE
+
+
+def launch_address(launch) -> "int | None":
+    """cuLaunchKernel's address in the CUDA driver library (loaded already by CuPy) when ``launch``,
+    the function the cupy engine launches through (``runtime.launcher()``), is CuPy's own binding of
+    it; None for anything else (a test's stand-in: the Python twin then calls that)."""
+    driver = sys.modules.get("cupy_backends.cuda.api.driver")
+    if driver is None or launch is not getattr(driver, "launchKernel", None):
+        return None
+    if _LAUNCH[0] is None:
+        _LAUNCH[0] = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernel, ctypes.c_void_p).value
+    return _LAUNCH[0]
