@@ -293,3 +293,36 @@ def test_compiled_run_calls_a_prepared_call_without_launcher():
     assert r(Handle(), key, None, {1: 2}, {3: 4}) is plan and prep.seen == ({1: 2}, {3: 4}, 5, None) and general == []
     prep.result = None  # it did not run: the general path
     assert r(Handle(), key, None, {}, {}) == "general" and len(general) == 1
+
+
+def test_compiled_run_takes_the_workspace_arguments_by_name_too():
+    key = ("k",)
+    plan = FakePlan(need=128)
+    prep = FakePrep(plan, owner=key)
+    r, general, *_ = _run(prep, key)
+    assert r(Handle(), key, None, {}, {}, 0x5000, 256, workspace_arg="ws") is plan and plan.calls[-1] == ((1, 2), 5, 0x5000, 256)
+    assert r(Handle(), key, None, {}, {}, workspace=0x6000, workspace_size=128) is plan and plan.calls[-1][2] == 0x6000
+    assert general == []
+    assert r(Handle(), key, None, {}, {}, 0x5000, 64, workspace_arg="ws") == "general"  # too small: fitted by run
+    assert r(Handle(), key, None, {}, {}, 0x5000, workspace=1) == "general"  # given twice: Python's TypeError
+    assert len(general) == 2
+
+
+def test_compiled_objects_in_reference_cycles_are_collected():
+    """A launcher's fallback closure refers back to the FastPath that holds the launcher: the collector must
+    see through the C objects, or an evicted plan keeps its records and buffers alive."""
+    import gc
+    import weakref
+
+    class Holder:
+        pass
+    for make in (lambda fb: _steady.Launcher({}, (), (), (), lambda: 0, [0], [False], {}, "K", [], False, fb,
+                                             threading.Lock(), _steady.stub(0), RuntimeError),
+                 lambda fb: _steady.Run(fb, [], {}, {}, {}, {}, (), threading.local(), lambda: 0, lambda k: 0, 7,
+                                        lambda p, e: False, [])):
+        h = Holder()
+        h.obj = make(lambda *a, h=h: h)
+        ref = weakref.ref(h)
+        del h
+        gc.collect()
+        assert ref() is None

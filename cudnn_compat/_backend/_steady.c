@@ -70,14 +70,29 @@ typedef struct {
     vectorcallfunc vc;
 } Values;
 
-static void Values_dealloc(Values *self) {
+static int Values_traverse(Values *self, visitproc visit, void *arg) {
+    Py_VISIT(self->nd); Py_VISIT(self->spec);
     for (Py_ssize_t i = 0; i < self->n; i++) {
-        Py_XDECREF(self->e[i].uid); Py_XDECREF(self->e[i].alt_uid);
-        Py_XDECREF(self->e[i].storage); Py_XDECREF(self->e[i].accepted);
+        Py_VISIT(self->e[i].uid); Py_VISIT(self->e[i].alt_uid); Py_VISIT(self->e[i].storage); Py_VISIT(self->e[i].accepted);
     }
-    for (Py_ssize_t i = 0; i < self->norder; i++) Py_XDECREF(self->ouid[i]);
+    for (Py_ssize_t i = 0; i < self->norder; i++) Py_VISIT(self->ouid[i]);
+    return 0;
+}
+
+static int Values_clear(Values *self) {
+    Py_CLEAR(self->nd); Py_CLEAR(self->spec);
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        Py_CLEAR(self->e[i].uid); Py_CLEAR(self->e[i].alt_uid); Py_CLEAR(self->e[i].storage); Py_CLEAR(self->e[i].accepted);
+    }
+    for (Py_ssize_t i = 0; i < self->norder; i++) Py_CLEAR(self->ouid[i]);
+    self->n = self->norder = 0;
+    return 0;
+}
+
+static void Values_dealloc(Values *self) {
+    PyObject_GC_UnTrack(self);
+    Values_clear(self);
     PyMem_Free(self->e); PyMem_Free(self->okind); PyMem_Free(self->oidx); PyMem_Free(self->ouid);
-    Py_XDECREF(self->nd); Py_XDECREF(self->spec);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -157,7 +172,7 @@ static PyObject *given(PyObject *tensors, PyObject *key) {
 /* the pointer of buffer ``b`` for entry ``e`` (a new reference), Py_None (borrowed, not counted) when it
  * is of another form, NULL with an error set */
 static PyObject *pointer_of(Values *self, Entry *e, PyObject *b) {
-    if (Py_TYPE(b) == (PyTypeObject *)self->nd) {
+    if (self->nd != NULL && Py_TYPE(b) == (PyTypeObject *)self->nd) {
         PyObject *dt = PyObject_GetAttr(b, S_dtype);
         if (dt == NULL) return NULL;
         int ok = dt == e->storage;
@@ -206,6 +221,7 @@ static PyObject *Values_vcall(Values *self, PyObject *const *args, size_t nargsf
         PyErr_SetString(PyExc_TypeError, "values(tensors, scalars) takes two arguments"); return NULL;
     }
     PyObject *tensors = args[0], *scalars = args[1];
+    if (self->spec == NULL) Py_RETURN_NONE;  /* cleared (a cycle the collector broke): binds nothing */
     if (!PyDict_CheckExact(tensors) || !PyDict_CheckExact(scalars)) {
         PyErr_SetString(PyExc_TypeError, "values(tensors, scalars) takes two dicts"); return NULL;
     }
@@ -261,7 +277,7 @@ static PyObject *Values_call(Values *self, PyObject *args, PyObject *kw) {
     return PyVectorcall_Call((PyObject *)self, args, kw);
 }
 
-static PyObject *Values_spec(Values *self, void *closure) { Py_INCREF(self->spec); return self->spec; }
+static PyObject *Values_spec(Values *self, void *closure) { PyObject *r = self->spec ? self->spec : Py_None; Py_INCREF(r); return r; }
 
 static PyGetSetDef Values_getset[] = {{"spec", (getter)Values_spec, NULL, "(entries, order) as given", NULL}, {NULL}};
 
@@ -272,7 +288,9 @@ static PyTypeObject ValuesType = {
     .tp_dealloc = (destructor)Values_dealloc,
     .tp_vectorcall_offset = offsetof(Values, vc),
     .tp_call = (ternaryfunc)Values_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Values_traverse,
+    .tp_clear = (inquiry)Values_clear,
     .tp_doc = "Values(entries, order, nd, pointer_min): a plan's values binder (module docstring)",
     .tp_init = (initproc)Values_init,
     .tp_new = Values_new,
@@ -315,11 +333,24 @@ static void Launcher_clear_last(Launcher *self) {
     self->launches = NULL; self->nlaunch = 0; self->buf = NULL; self->buflen = 0;
 }
 
-static void Launcher_dealloc(Launcher *self) {
+static int Launcher_traverse(Launcher *self, visitproc visit, void *arg) {
+    Py_VISIT(self->records); Py_VISIT(self->cur); Py_VISIT(self->counter); Py_VISIT(self->direct); Py_VISIT(self->env);
+    Py_VISIT(self->key); Py_VISIT(self->overrides); Py_VISIT(self->fallback); Py_VISIT(self->lock); Py_VISIT(self->error);
+    Py_VISIT(self->locked); Py_VISIT(self->last); Py_VISIT(self->n_obj);
+    return 0;
+}
+
+static int Launcher_clear(Launcher *self) {  /* the fallback closure refers back to its FastPath: a cycle */
     Launcher_clear_last(self);
-    Py_XDECREF(self->records); Py_XDECREF(self->cur); Py_XDECREF(self->counter); Py_XDECREF(self->direct);
-    Py_XDECREF(self->env); Py_XDECREF(self->key); Py_XDECREF(self->overrides); Py_XDECREF(self->fallback);
-    Py_XDECREF(self->lock); Py_XDECREF(self->error); Py_XDECREF(self->locked);
+    Py_CLEAR(self->records); Py_CLEAR(self->cur); Py_CLEAR(self->counter); Py_CLEAR(self->direct); Py_CLEAR(self->env);
+    Py_CLEAR(self->key); Py_CLEAR(self->overrides); Py_CLEAR(self->fallback); Py_CLEAR(self->lock); Py_CLEAR(self->error);
+    Py_CLEAR(self->locked);
+    return 0;
+}
+
+static void Launcher_dealloc(Launcher *self) {
+    PyObject_GC_UnTrack(self);
+    Launcher_clear(self);
     PyMem_Free(self->slot_idx); PyMem_Free(self->slot_code); PyMem_Free(self->align);
     PyMem_Free(self->guards); PyMem_Free(self->spans);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -435,9 +466,10 @@ static int direct_branch(Launcher *self) {
 
 static PyObject *Launcher_vcall(Launcher *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) && self->fallback) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     if (nargs < 2 || nargs > 4) { PyErr_SetString(PyExc_TypeError, "launch(values, stream, workspace=None, workspace_size=0)"); return NULL; }
     PyObject *values = args[0], *stream = args[1];
+    if (self->records == NULL) { PyErr_SetString(PyExc_RuntimeError, "a cleared launcher"); return NULL; }
     if (!PyTuple_Check(values) || PyTuple_GET_SIZE(values) <= Launcher_max_index(self)) return call_fallback(self, args, nargs);
     int d = direct_branch(self);
     if (d < 0) return NULL;
@@ -572,7 +604,9 @@ static PyTypeObject LauncherType = {
     .tp_dealloc = (destructor)Launcher_dealloc,
     .tp_vectorcall_offset = offsetof(LauncherWithVC, vc),
     .tp_call = (ternaryfunc)Launcher_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Launcher_traverse,
+    .tp_clear = (inquiry)Launcher_clear,
     .tp_doc = "a cupy plan's record launcher (module docstring)",
     .tp_init = (initproc)Launcher_init,
     .tp_new = Launcher_new,
@@ -593,14 +627,29 @@ typedef struct {
     long touch_every;
 } Run;
 
-static PyObject *S_switch, *S_place, *S_owner, *S_device, *S_plan, *S_retired, *S_stream, *S_bind, *S_via, *S_launch,
+static PyObject *S_ws, *S_wss, *S_warg, *S_switch, *S_place, *S_owner, *S_device, *S_plan, *S_retired, *S_stream, *S_bind, *S_via, *S_launch,
                 *S_calls, *S_key, *S_wsize;
 
+#define RUN_FIELDS(X) X(general) X(hooks) X(prepared) X(by_value) X(overrides) X(environ) X(keys) X(last) X(hit) \
+    X(touch) X(failed) X(nd) X(gpu)
+
+static int Run_traverse(Run *self, visitproc visit, void *arg) {
+#define V(f) Py_VISIT(self->f);
+    RUN_FIELDS(V)
+#undef V
+    return 0;
+}
+
+static int Run_clear(Run *self) {
+#define C(f) Py_CLEAR(self->f);
+    RUN_FIELDS(C)
+#undef C
+    return 0;
+}
+
 static void Run_dealloc(Run *self) {
-    Py_XDECREF(self->general); Py_XDECREF(self->hooks); Py_XDECREF(self->prepared); Py_XDECREF(self->by_value);
-    Py_XDECREF(self->overrides); Py_XDECREF(self->environ); Py_XDECREF(self->keys); Py_XDECREF(self->last);
-    Py_XDECREF(self->hit); Py_XDECREF(self->touch); Py_XDECREF(self->failed); Py_XDECREF(self->nd);
-    Py_XDECREF(self->gpu);
+    PyObject_GC_UnTrack(self);
+    Run_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -666,10 +715,20 @@ static PyObject *prepared_of(Run *self, PyObject *place, PyObject *key) {
 static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *prep = NULL, *place = NULL, *plan = NULL, *values = NULL, *stream = NULL, *r = NULL;
-    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 5 || nargs > 8 || PyList_GET_SIZE(self->hooks))
-        goto general;
+    if (self->general == NULL) { PyErr_SetString(PyExc_RuntimeError, "a cleared run"); return NULL; }
+    if (nargs < 5 || nargs > 8 || PyList_GET_SIZE(self->hooks)) goto general;
+    PyObject *opt[3] = {Py_None, NULL, Py_None};  /* workspace, workspace_size, workspace_arg */
+    for (Py_ssize_t i = 5; i < nargs; i++) opt[i - 5] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {  /* those three by name; anything else (_hooked) is the general path */
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int slot = PyUnicode_Compare(name, S_ws) == 0 ? 0 : PyUnicode_Compare(name, S_wss) == 0 ? 1
+                 : PyUnicode_Compare(name, S_warg) == 0 ? 2 : -1;
+        if (slot < 0 || slot + 5 < nargs) goto general;
+        opt[slot] = args[nargs + k];
+    }
     PyObject *handle = args[0], *key = args[1], *tensors = args[3], *scalars = args[4];
-    PyObject *ws = nargs > 5 ? args[5] : Py_None, *wss = nargs > 6 ? args[6] : NULL, *warg = nargs > 7 ? args[7] : Py_None;
+    PyObject *ws = opt[0], *wss = opt[1], *warg = opt[2];
     int t = attr_true(handle, S_switch);
     if (t) { if (t < 0) return NULL; goto general; }
     place = PyObject_GetAttr(handle, S_place);
@@ -796,7 +855,9 @@ static PyTypeObject RunType = {
     .tp_dealloc = (destructor)Run_dealloc,
     .tp_vectorcall_offset = offsetof(Run, vc),
     .tp_call = (ternaryfunc)Run_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Run_traverse,
+    .tp_clear = (inquiry)Run_clear,
     .tp_doc = "the legacy layer's run with its steady path compiled (see _steady.c)",
     .tp_init = (initproc)Run_init,
     .tp_new = Run_new,
@@ -866,7 +927,8 @@ PyMODINIT_FUNC PyInit__steady(void) {
     INTERN(S_get, "get"); INTERN(S_switch, "switch"); INTERN(S_place, "place"); INTERN(S_owner, "owner");
     INTERN(S_device, "device"); INTERN(S_plan, "plan"); INTERN(S_retired, "retired"); INTERN(S_stream, "stream");
     INTERN(S_bind, "bind"); INTERN(S_via, "via_execute"); INTERN(S_launch, "launch"); INTERN(S_calls, "calls");
-    INTERN(S_key, "key"); INTERN(S_wsize, "workspace_size");
+    INTERN(S_key, "key"); INTERN(S_wsize, "workspace_size"); INTERN(S_ws, "workspace"); INTERN(S_wss, "workspace_size");
+    INTERN(S_warg, "workspace_arg");
 #undef INTERN
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
