@@ -33,6 +33,19 @@ def test_doctor_text(capsys):
     assert "reference" in out and "usable" in out and "libcudnn" in out and "python" in out
 
 
+def test_doctor_says_whether_the_compiled_steady_path_runs(capsys, monkeypatch):
+    import importlib.util
+    built = importlib.util.find_spec("cudnn_compat._backend._steady") is not None
+    assert cli.main(["doctor", "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["compiled"]
+    assert c == ({"built": True, "used": True, "reason": None} if built else
+                 {"built": False, "used": False, "reason": c["reason"]}) and (built or "not built" in c["reason"])
+    monkeypatch.setenv("CUDNN_COMPAT_COMPILED", "0")
+    assert cli.main(["doctor"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("compiled path")]
+    assert line == ["compiled path   " + ("CUDNN_COMPAT_COMPILED=0: the Python twins run" if built else c["reason"])]
+
+
 def test_python_dash_m_runs_the_command():
     env = dict(os.environ, CUDNN_COMPAT_DEVICE="cpu")
     p = subprocess.run([sys.executable, "-m", "cudnn_compat", "doctor"], capture_output=True, text=True, env=env,

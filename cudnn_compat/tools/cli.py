@@ -269,6 +269,19 @@ def format_ops(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _compiled() -> dict:
+    """Whether the compiled steady path (``_backend/_steady.c``, README "Install") is built and used."""
+    from cudnn_compat._backend import config
+    try:
+        import cudnn_compat._backend._steady  # noqa: F401
+    except ImportError as e:
+        return {"built": False, "used": False,
+                "reason": f"not built ({e}); the Python twins run (a C compiler at install builds it)"}
+    if not config.get("CUDNN_COMPAT_COMPILED"):
+        return {"built": True, "used": False, "reason": "CUDNN_COMPAT_COMPILED=0: the Python twins run"}
+    return {"built": True, "used": True, "reason": None}
+
+
 def doctor_report() -> dict:
     import cudnn_compat as cc
     from cudnn_compat._backend import config
@@ -290,6 +303,7 @@ def doctor_report() -> dict:
         "CUDNN_COMPAT_ENGINE": config.setting("CUDNN_COMPAT_ENGINE").raw,
         "libcudnn": _libcudnn(),
         "legacy_functions": len(cc.LEGACY),
+        "compiled": _compiled(),
         "reported_version": cc.cudnnGetVersion(),
         "engines": _engines(),
         "configuration": _configuration(),
@@ -326,6 +340,7 @@ def format_doctor(r: dict) -> str:
         f"default place   {r['default_place']}"
         + (f" (CUDNN_COMPAT_DEVICE={r['CUDNN_COMPAT_DEVICE']})" if r["CUDNN_COMPAT_DEVICE"] else ""),
         f"libcudnn        {libline}",
+        "compiled path   " + ("built, in use" if r["compiled"]["used"] else r["compiled"]["reason"]),
         "engines" + (f" (CUDNN_COMPAT_ENGINE={r['CUDNN_COMPAT_ENGINE']} forces one)" if r["CUDNN_COMPAT_ENGINE"] else ""),
     ]
     for e in r["engines"]:
