@@ -41,6 +41,7 @@ from ._core.data import same_buffer, scalar, unread
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
 from ._core.memo import Memo, call_site
+from ._core.recipes import Recipe, steady
 from ._core.registry import CUPY_NAMES, legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -239,6 +240,11 @@ def _fwd_site(handle, activationDesc, xDesc, x, yDesc, y):
     return h, d, xd, yd, m
 
 
+activationForward = steady(  # the recipe: no per-call check left when x and y have equal strides
+    activationForward, _FWD_SITES, ("handle", "activationDesc", "xDesc", "yDesc"),
+    lambda h, d, xd, yd, m: Recipe(h, m[3], {"x": X, "y": Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",)) if m[2] else None)
+
+
 def _in_place(a, b, ad, bd, an: str, bn: str, argname: str) -> None:
     """BAD_PARAM when ``a`` and ``b`` are one buffer but their descriptors' strides differ."""
     check(not same_buffer(a, b) or ad.strides == bd.strides, argname,
@@ -293,6 +299,20 @@ def _bwd_site(handle, activationDesc, yDesc, dyDesc, dy, xDesc, dxDesc, dx):
         m = _BWD.put(mk, (yd.dtype == "float64", attrs, act.reads, dyd.strides == dxd.strides, keys),
                      (d.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
     return h, yd, dyd, xd, dxd, m
+
+
+def _bwd_recipe(h, yd, dyd, xd, dxd, m):
+    """activationBackward's recipe: dy, the tensor the mode reads, dx; the other one unread."""
+    _dbl, _attrs, reads, same_strides, keys = m
+    if not same_strides:
+        return None
+    src, other = (("y", Y), "x") if reads == "y" else (("x", X), "y")
+    return Recipe(h, keys, {"dy": DY, src[0]: src[1], "dx": DX}, {"alpha": ALPHA, "beta": BETA}, ("beta",),
+                  unread=(other,))
+
+
+activationBackward = steady(activationBackward, _BWD_SITES,
+                            ("handle", "activationDesc", "yDesc", "dyDesc", "xDesc", "dxDesc"), _bwd_recipe)
 
 
 # CuPy 13 spelled these activationForward_v4/activationBackward_v4; the plain names also work.

@@ -36,6 +36,7 @@ from ._core.call import ALPHA, BETA, blend, compute_dtype, plan_for, run
 from ._core.uids import SHARED, Uids, prior_uid
 from ._core.data import preflight, scalar
 from ._core.memo import _ARRAY_TYPES, Memo, arrays, call_site, key as memo_key
+from ._core.recipes import Recipe, steady
 from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -337,6 +338,13 @@ def batchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDes
         {ALPHA: a, BETA: b, EPS: eps})
 
 
+_BN_SCALARS = {"alpha": ALPHA, "beta": BETA, "epsilon": EPS}
+batchNormalizationForwardInference = steady(
+    batchNormalizationForwardInference, _INFER_SITES, ("handle", "mode", "xDesc", "yDesc", "bnScaleBiasMeanVarDesc"),
+    lambda h, ds, m: Recipe(h, m[1], {"x": X, "y": Y, "bnScale": SCALE, "bnBias": BIAS, "estimatedMean": MEAN,
+                                      "estimatedVariance": VAR}, _BN_SCALARS, ("beta",), {"epsilon": MIN_EPSILON}))
+
+
 def _forward_training(h, mode, bnOps, alpha, beta, xDesc, x, zDesc, z, yDesc, y, bnScaleBiasMeanVarDesc, bnScale,
                       bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon,
                       resultSaveMean, resultSaveInvVariance, activationDesc, workspace=None, workspace_size=0,
@@ -453,6 +461,22 @@ def batchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc
         tensors[SMEAN] = (resultSaveMean, "resultSaveMean")
         tensors[SINV] = (resultSaveInvVariance, "resultSaveInvVariance")
     run(h, keys[(running, saved, b == 0)], build, tensors, {ALPHA: a, BETA: b, EPS: eps, FACTOR: factor})
+
+
+def _train_recipe(h, ds, m):
+    """The training forward's recipe: all eight buffers given (a NULL pair takes the Python path)."""
+    _dbl, single, keys = m
+    if single:  # every call raises NOT_SUPPORTED (the running variance of one value)
+        return None
+    return Recipe(h, tuple(keys[(True, True, bz)] for bz in (False, True)),
+                  {"x": X, "y": Y, "bnScale": SCALE, "bnBias": BIAS, "resultRunningMean": RMEAN,
+                   "resultRunningVariance": RVAR, "resultSaveMean": SMEAN, "resultSaveInvVariance": SINV},
+                  dict(_BN_SCALARS, exponentialAverageFactor=FACTOR), ("beta",), {"epsilon": MIN_EPSILON})
+
+
+batchNormalizationForwardTraining = steady(
+    batchNormalizationForwardTraining, _TRAIN_SITES, ("handle", "mode", "xDesc", "yDesc", "bnScaleBiasMeanVarDesc"),
+    _train_recipe)
 
 
 @legacy("cudnnBatchNormalizationForwardTrainingEx")
@@ -631,6 +655,16 @@ def batchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaP
         tensors[MEAN] = (savedMean, "savedMean")
         tensors[VAR] = (savedInvVariance, "savedInvVariance")
     run(h, keys[(saved, bd == 0, bp == 0)], build, tensors, {ALPHA: ad, BETA: bd, ALPHA_P: ap, BETA_P: bp, EPS: eps})
+
+
+batchNormalizationBackward = steady(  # the recipe: all eight buffers given (no saved pair: the Python path)
+    batchNormalizationBackward, _BACK_SITES, ("handle", "mode", "xDesc", "dyDesc", "dxDesc", "bnScaleBiasDiffDesc"),
+    lambda h, ds, m: Recipe(
+        h, tuple(m[1][(True, bool(i & 1), bool(i & 2))] for i in range(4)),
+        {"x": X, "dy": DY, "dx": DX, "bnScale": SCALE, "resultBnScaleDiff": DSCALE, "resultBnBiasDiff": DBIAS,
+         "savedMean": MEAN, "savedInvVariance": VAR},
+        {"alphaDataDiff": ALPHA, "betaDataDiff": BETA, "alphaParamDiff": ALPHA_P, "betaParamDiff": BETA_P,
+         "epsilon": EPS}, ("betaDataDiff", "betaParamDiff"), {"epsilon": MIN_EPSILON}))
 
 
 @legacy("cudnnBatchNormalizationBackwardEx")

@@ -25,6 +25,7 @@ from ._core.call import ALPHA, BETA, blend, blended, compute_dtype, run
 from ._core.data import same_buffer, scalar, unread
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
+from ._core.recipes import Recipe, steady
 from ._core.memo import Memo, arrays, call_site
 from ._core.registry import legacy
 from .activation import require_dtype
@@ -198,6 +199,11 @@ def _fwd_site(handle, normDesc, lrnMode, xDesc, x, yDesc, y):
         keys = tuple(("LRNCrossChannelForward", ld.key(), xd.key(), yd.key(), bz) for bz in (False, True))
         m = _FWD.put(mk, (xd.dtype, keys), (ld.key(), xd.key(), yd.key()))
     return h, ld, xd, yd, m
+
+
+lrnCrossChannelForward = steady(
+    lrnCrossChannelForward, _FWD_SITES, ("handle", "normDesc", "lrnMode", "xDesc", "yDesc"),
+    lambda h, ld, xd, yd, m: Recipe(h, m[1], {"x": X, "y": Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",)))
 
 
 @legacy("cudnnLRNCrossChannelBackward", cupy="LRNCrossChannelBackward")

@@ -27,6 +27,7 @@ from ._core.data import POINTER_MIN, scalar
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
 from ._core.memo import Memo, call_site
+from ._core.recipes import Recipe, steady
 from ._core.registry import CUPY_NAMES, legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import bad_param, check, not_supported
@@ -237,6 +238,10 @@ def _fwd_site(handle, poolingDesc, xDesc, yDesc):
     return h, pd, xd, yd, m
 
 
+poolingForward = steady(poolingForward, _FWD_SITES, ("handle", "poolingDesc", "xDesc", "yDesc"),
+                        lambda h, pd, xd, yd, m: Recipe(h, m[1], {"x": X, "y": Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",)))
+
+
 def _innermost_unit_stride(d) -> bool:
     return d.dims[-1] == 1 or d.strides[-1] == 1 or d.strides[1] == 1
 
@@ -281,6 +286,11 @@ def _bwd_site(handle, poolingDesc, yDesc, dyDesc, xDesc, dxDesc):
         keys = tuple(("PoolingBackward", pd.key(), yd.key(), xd.key(), bz) for bz in (False, True))
         m = _BWD.put(mk, (xd.dtype == "float64", keys), (pd.key(), yd.key(), dyd.key(), xd.key(), dxd.key()))
     return h, pd, yd, dyd, xd, dxd, m
+
+
+poolingBackward = steady(
+    poolingBackward, _BWD_SITES, ("handle", "poolingDesc", "yDesc", "dyDesc", "xDesc", "dxDesc"),
+    lambda h, pd, yd, dyd, xd, dxd, m: Recipe(h, m[1], {"y": Y, "dy": DY, "x": X, "dx": DX}, {"alpha": ALPHA, "beta": BETA}, ("beta",)))
 
 
 # CuPy 13 spelled the descriptor setters with cuDNN 5's _v4 suffix.

@@ -12,6 +12,7 @@ from cudnn_compat._backend.ir import OperationGraph
 from ._core.call import ALPHA, BETA, blended, run
 from ._core.data import same_buffer, scalar
 from ._core.memo import Memo, call_site
+from ._core.recipes import Recipe, steady
 from ._core.registry import legacy
 from .activation import require_dtype, require_spatial_packed
 from .enums import ENUMS, is_valid
@@ -92,6 +93,11 @@ def _fwd_site(handle, algorithm, mode, xDesc, x, yDesc, y):
     return h, xd, yd, m
 
 
+softmaxForward = steady(  # the recipe: no per-call check left when the in-place pair has equal strides
+    softmaxForward, _FWD_SITES, ("handle", "algorithm", "mode", "xDesc", "yDesc"),
+    lambda h, xd, yd, m: Recipe(h, m[3], {"x": X, "y": Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",)) if m[2] else None)
+
+
 @legacy("cudnnSoftmaxBackward")
 def softmaxBackward(handle, algorithm, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx) -> None:
     """dx = alpha*softmax'(y)·dy + beta*dx (002 §4.1.19).  BAD_PARAM: dims of y, dy, dx differ;
@@ -132,3 +138,8 @@ def _bwd_site(handle, algorithm, mode, yDesc, dyDesc, dy, dxDesc, dx):
         keys = tuple(("SoftmaxBackward", algo, attrs["axes"], yd.key(), dyd.key(), dxd.key(), bz) for bz in (False, True))
         m = _BWD.put(mk, (yd.dtype == "float64", attrs, dyd.strides == dxd.strides, keys), (yd.key(), dyd.key(), dxd.key()))
     return h, yd, dyd, dxd, m
+
+
+softmaxBackward = steady(  # the recipe: no per-call check left when the in-place pair has equal strides
+    softmaxBackward, _BWD_SITES, ("handle", "algorithm", "mode", "yDesc", "dyDesc", "dxDesc"),
+    lambda h, yd, dyd, dxd, m: Recipe(h, m[3], {"y": Y, "dy": DY, "dx": DX}, {"alpha": ALPHA, "beta": BETA}, ("beta",)) if m[2] else None)

@@ -7,6 +7,7 @@ from cudnn_compat._backend.ir import Operation, scalar as scalar_tensor
 from ._core.call import ALPHA, BETA, blend, compute_dtype, run
 from ._core.data import same_buffer, scalar
 from ._core.memo import Memo, call_site
+from ._core.recipes import Recipe, steady
 from ._core.registry import CUPY_NAMES, legacy
 from .errors import check, not_supported
 from .handle import get_handle
@@ -52,6 +53,10 @@ def _add_site(handle, aDesc, cDesc):
         keys = tuple(("AddTensor", ad.key(), cd.key(), bz) for bz in (False, True))
         m = _ADD.put(mk, (cd.dtype == "float64", keys), (ad.key(), cd.key()))
     return h, ad, cd, m
+
+
+addTensor = steady(addTensor, _ADD_SITES, ("handle", "aDesc", "cDesc"), lambda h, ad, cd, m: Recipe(
+    h, m[1], {"A_data": (A, "A"), "C_data": (C, "C")}, {"alpha": ALPHA, "beta": BETA}, ("beta",)))
 
 
 @legacy("cudnnSetTensor")

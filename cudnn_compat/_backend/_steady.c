@@ -712,50 +712,43 @@ static PyObject *prepared_of(Run *self, PyObject *place, PyObject *key) {
     return prep;
 }
 
-static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+/* The prepared call of (handle, key) run with (tensors, scalars, ws, wss, warg): 1 when it ran (*out:
+ * the plan, a new reference), 0 when it was not taken (nothing ran or launched: the caller goes the
+ * general way), -1 on an error.  ``wss`` may be NULL (not given). */
+static int run_prepared(Run *self, PyObject *handle, PyObject *key, PyObject *tensors, PyObject *scalars, PyObject *ws,
+                        PyObject *wss, PyObject *warg, PyObject **out) {
     PyObject *prep = NULL, *place = NULL, *plan = NULL, *values = NULL, *stream = NULL, *r = NULL;
-    if (self->general == NULL) { PyErr_SetString(PyExc_RuntimeError, "a cleared run"); return NULL; }
-    if (nargs < 5 || nargs > 8 || PyList_GET_SIZE(self->hooks)) goto general;
-    PyObject *opt[3] = {Py_None, NULL, Py_None};  /* workspace, workspace_size, workspace_arg */
-    for (Py_ssize_t i = 5; i < nargs; i++) opt[i - 5] = args[i];
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t k = 0; k < nkw; k++) {  /* those three by name; anything else (_hooked) is the general path */
-        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
-        int slot = PyUnicode_Compare(name, S_ws) == 0 ? 0 : PyUnicode_Compare(name, S_wss) == 0 ? 1
-                 : PyUnicode_Compare(name, S_warg) == 0 ? 2 : -1;
-        if (slot < 0 || slot + 5 < nargs) goto general;
-        opt[slot] = args[nargs + k];
-    }
-    PyObject *handle = args[0], *key = args[1], *tensors = args[3], *scalars = args[4];
-    PyObject *ws = opt[0], *wss = opt[1], *warg = opt[2];
+    int rc = -1;
+    if (self->general == NULL) { PyErr_SetString(PyExc_RuntimeError, "a cleared run"); return -1; }
+    if (PyList_GET_SIZE(self->hooks)) return 0;
     int t = attr_true(handle, S_switch);
-    if (t) { if (t < 0) return NULL; goto general; }
+    if (t) return t < 0 ? -1 : 0;
     place = PyObject_GetAttr(handle, S_place);
-    if (place == NULL) return NULL;
+    if (place == NULL) return -1;
+    rc = 0;
     if (ws != Py_None) {  /* on the GPU place a CuPy array or a pointer int is taken as it is (_workspace) */
         int gpu = PyUnicode_Check(place) && PyUnicode_Compare(place, self->gpu) == 0;
         int nd = PyList_Check(self->nd) && PyList_GET_SIZE(self->nd) && Py_TYPE(ws) == (PyTypeObject *)PyList_GET_ITEM(self->nd, 0);
-        if (!gpu || !(PyLong_CheckExact(ws) || nd)) goto general;
+        if (!gpu || !(PyLong_CheckExact(ws) || nd)) goto done;
     }
-    if (wss != NULL && !PyLong_CheckExact(wss)) goto general;
+    if (wss != NULL && !PyLong_CheckExact(wss)) goto done;
     prep = prepared_of(self, place, key);
-    if (prep == NULL) { if (PyErr_Occurred()) goto error; goto general; }
+    if (prep == NULL) { if (PyErr_Occurred()) goto error; goto done; }
     /* the defaults apply: no override, no forced engine or fallback setting in the environment */
     t = PyObject_IsTrue(self->overrides);
-    if (t) { if (t < 0) goto error; goto general; }
+    if (t) { if (t < 0) goto error; goto done; }
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(self->keys); k++) {
         t = PySequence_Contains(self->environ, PyTuple_GET_ITEM(self->keys, k));
-        if (t) { if (t < 0) goto error; goto general; }
+        if (t) { if (t < 0) goto error; goto done; }
     }
     PyObject *pd = PyObject_GetAttr(prep, S_device), *hd = PyObject_GetAttr(handle, S_device);
     t = pd && hd ? PyObject_RichCompareBool(pd, hd, Py_EQ) : -1;
     Py_XDECREF(pd); Py_XDECREF(hd);
-    if (t <= 0) { if (t < 0) goto error; goto general; }
+    if (t <= 0) { if (t < 0) goto error; goto done; }
     plan = PyObject_GetAttr(prep, S_plan);
     if (plan == NULL) goto error;
     t = attr_true(plan, S_retired);
-    if (t) { if (t < 0) goto error; goto general; }
+    if (t) { if (t < 0) goto error; goto done; }
     if (warg != Py_None) {  /* a workspace smaller than the plan's: the general path fits one */
         long long given = 0;
         if (!(ws == Py_None || (PyLong_CheckExact(ws) && PyObject_Not(ws) == 1))) {
@@ -767,18 +760,17 @@ static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyOb
         long long n = PyLong_AsLongLong(need);
         Py_DECREF(need);
         if (n == -1 && PyErr_Occurred()) goto error;
-        if (given < n) goto general;
+        if (given < n) goto done;
     }
     stream = PyObject_GetAttr(handle, S_stream);
     if (stream == NULL) goto error;
-    PyObject *wss_obj = wss ? wss : NULL;
     t = attr_true(prep, S_via);
     if (t < 0) goto error;
     if (t) {  /* no launcher: Prepared.__call__ (the variant pack's dict to planner.execute) */
-        PyObject *cargs[5] = {tensors, scalars, stream, ws, wss_obj};
-        r = PyObject_Vectorcall(prep, cargs, wss_obj ? 5 : 4, NULL);
+        PyObject *cargs[5] = {tensors, scalars, stream, ws, wss};
+        r = PyObject_Vectorcall(prep, cargs, wss ? 5 : 4, NULL);
         if (r == NULL) goto error;
-        if (r == Py_None) { Py_CLEAR(r); goto general; }
+        if (r == Py_None) { Py_CLEAR(r); goto done; }
         Py_DECREF(plan);
         plan = r;
         r = NULL;
@@ -789,11 +781,11 @@ static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyOb
         values = PyObject_Vectorcall(bind, bargs, 2, NULL);
         Py_DECREF(bind);
         if (values == NULL) goto error;
-        if (values == Py_None) goto general;
+        if (values == Py_None) goto done;
         PyObject *launch = PyObject_GetAttr(plan, S_launch);
         if (launch == NULL) goto error;
-        PyObject *largs[4] = {values, stream, ws, wss_obj};
-        r = PyObject_Vectorcall(launch, largs, wss_obj ? 4 : 3, NULL);
+        PyObject *largs[4] = {values, stream, ws, wss};
+        r = PyObject_Vectorcall(launch, largs, wss ? 4 : 3, NULL);
         Py_DECREF(launch);
         if (r == NULL) {  /* a launcher that raised: logged (planner.launch_failed), the general path decides */
             if (!PyErr_ExceptionMatches(PyExc_Exception)) goto error;
@@ -804,11 +796,11 @@ static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyOb
             Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(etb);
             if (f == NULL) goto error;
             Py_DECREF(f);
-            goto general;
+            goto done;
         }
         t = PyObject_IsTrue(r);
         Py_CLEAR(r);
-        if (t <= 0) { if (t < 0) goto error; goto general; }
+        if (t <= 0) { if (t < 0) goto error; goto done; }
         PyObject *h = PyObject_CallNoArgs(self->hit);
         if (h == NULL) goto error;
         Py_DECREF(h);
@@ -830,14 +822,37 @@ static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyOb
         }
     }
     if (PyObject_SetAttr(self->last, S_plan, plan) < 0) goto error;  /* last_plan() */
-    Py_XDECREF(values); Py_XDECREF(stream); Py_DECREF(prep); Py_DECREF(place);
-    return plan;
-general:
-    Py_XDECREF(values); Py_XDECREF(stream); Py_XDECREF(plan); Py_XDECREF(prep); Py_XDECREF(place);
-    return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
+    *out = plan;
+    plan = NULL;
+    rc = 1;
+    goto done;
 error:
+    rc = -1;
+done:
     Py_XDECREF(values); Py_XDECREF(stream); Py_XDECREF(plan); Py_XDECREF(prep); Py_XDECREF(place);
-    return NULL;
+    return rc;
+}
+
+static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->general == NULL) { PyErr_SetString(PyExc_RuntimeError, "a cleared run"); return NULL; }
+    if (nargs < 5 || nargs > 8) goto general;
+    PyObject *opt[3] = {Py_None, NULL, Py_None};  /* workspace, workspace_size, workspace_arg */
+    for (Py_ssize_t i = 5; i < nargs; i++) opt[i - 5] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {  /* those three by name; anything else (_hooked) is the general path */
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int slot = PyUnicode_Compare(name, S_ws) == 0 ? 0 : PyUnicode_Compare(name, S_wss) == 0 ? 1
+                 : PyUnicode_Compare(name, S_warg) == 0 ? 2 : -1;
+        if (slot < 0 || slot + 5 < nargs) goto general;
+        opt[slot] = args[nargs + k];
+    }
+    PyObject *plan = NULL;
+    int t = run_prepared(self, args[0], args[1], args[3], args[4], opt[0], opt[1], opt[2], &plan);
+    if (t < 0) return NULL;
+    if (t > 0) return plan;
+general:
+    return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
 }
 
 static PyObject *Run_call(Run *self, PyObject *args, PyObject *kw) {
@@ -862,6 +877,355 @@ static PyTypeObject RunType = {
     .tp_init = (initproc)Run_init,
     .tp_new = Run_new,
     .tp_getset = Run_getset,
+};
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Site                                                                                           */
+/* A legacy function's call made again from a steady recipe (_core/recipes.py): the function's
+ * Python path resolves, checks and keys a call; once its call site has settled, ``arm(*args)``
+ * writes down what that path will do for these descriptor arguments while no descriptor or handle
+ * changes (EPOCH[0] the same), and later calls with the same arguments do it from here: the
+ * scalars read as ``data.scalar`` reads a float or a small int, the key chosen by which betas are
+ * zero, the tensors and scalars dicts, and the prepared call (``run_prepared``).  Anything else
+ * (keywords, another argument count, a legacy hook, an argument the wrapper would convert, a
+ * scalar of another form, an unread buffer of another type, a prepared call not taken) calls
+ * ``general`` (the Python wrapper) with the same arguments: nothing here has run or written then.
+ *
+ * A recipe (arm's answer, a tuple): (stamp, handle, keys, tensors, scalars, betas, unread,
+ * unread_types, workspace) with
+ *   keys      2**len(betas) plan-cache key objects, index sum((beta_j == 0) << j)
+ *   tensors   ((position, uid, argname), ...)
+ *   scalars   ((position, uid, lower bound or None), ...): None takes a float or an int of
+ *             magnitude < 2**31 (alpha, beta); a bound takes a float >= it (epsilon)
+ *   betas     indices into ``scalars``
+ *   unread    positions of buffers the call does not read: None, 0 or an exact ``unread_types``
+ *   workspace None or (workspace position, size position, the size argument's name)
+ * or (stamp, None): this call site has no recipe while EPOCH[0] is ``stamp``.  None: not yet. */
+
+typedef struct {
+    Py_ssize_t pos;
+    int kind;             /* 0: an int in [lo, hi], 1: a float in [flo, fhi], 2: never fast */
+    long long lo, hi_ll;
+    int hi_big;           /* hi exceeds long long: compared as an object */
+    PyObject *hi;         /* the int bound */
+    double flo, fhi;
+} Fast;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vc;
+    PyObject *general, *hooks, *epoch, *recipes, *arm, *run, *dict, *weaklist;
+    Py_ssize_t nargs, nkey, nfast, maxsize;
+    Py_ssize_t *key;
+    Fast *fast;
+} Site;
+
+static int Site_traverse(Site *self, visitproc visit, void *arg) {
+    Py_VISIT(self->general); Py_VISIT(self->hooks); Py_VISIT(self->epoch); Py_VISIT(self->recipes);
+    Py_VISIT(self->arm); Py_VISIT(self->run); Py_VISIT(self->dict);
+    for (Py_ssize_t i = 0; i < self->nfast; i++) Py_VISIT(self->fast[i].hi);
+    return 0;
+}
+
+static int Site_clear(Site *self) {
+    Py_CLEAR(self->general); Py_CLEAR(self->hooks); Py_CLEAR(self->epoch); Py_CLEAR(self->recipes);
+    Py_CLEAR(self->arm); Py_CLEAR(self->run); Py_CLEAR(self->dict);
+    for (Py_ssize_t i = 0; i < self->nfast; i++) Py_CLEAR(self->fast[i].hi);
+    return 0;
+}
+
+static void Site_dealloc(Site *self) {
+    PyObject_GC_UnTrack(self);
+    if (self->weaklist) PyObject_ClearWeakRefs((PyObject *)self);
+    Site_clear(self);
+    PyMem_Free(self->key); PyMem_Free(self->fast);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Site_vcall(Site *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static PyObject *Site_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Site *self = (Site *)type->tp_alloc(type, 0);
+    if (self) self->vc = (vectorcallfunc)Site_vcall;
+    return (PyObject *)self;
+}
+
+/* Site(general, hooks, epoch, nargs, key positions, fast tests ((pos, kind, lo, hi), ...), arm, run, maxsize) */
+static int Site_init(Site *self, PyObject *args, PyObject *kw) {
+    PyObject *general, *hooks, *epoch, *key, *fast, *arm, *run;
+    Py_ssize_t nargs, maxsize;
+    if (!PyArg_ParseTuple(args, "OO!O!nO!O!OO!n", &general, &PyList_Type, &hooks, &PyList_Type, &epoch, &nargs,
+                          &PyTuple_Type, &key, &PyTuple_Type, &fast, &arm, &RunType, &run, &maxsize))
+        return -1;
+    if (self->general) { PyErr_SetString(PyExc_TypeError, "Site is initialized once"); return -1; }
+    if (PyList_GET_SIZE(epoch) != 1 || nargs < 1) { PyErr_SetString(PyExc_ValueError, "epoch: a list of one item; nargs >= 1"); return -1; }
+    Py_ssize_t nk = PyTuple_GET_SIZE(key), nf = PyTuple_GET_SIZE(fast);
+    self->key = PyMem_Calloc(nk ? nk : 1, sizeof(Py_ssize_t));
+    self->fast = PyMem_Calloc(nf ? nf : 1, sizeof(Fast));
+    if (!self->key || !self->fast) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(key, i));
+        if (p == -1 && PyErr_Occurred()) return -1;
+        if (p < 0 || p >= nargs) { PyErr_SetString(PyExc_ValueError, "a key position out of range"); return -1; }
+        self->key[i] = p;
+    }
+    self->nkey = nk;
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        PyObject *f = PyTuple_GET_ITEM(fast, i), *lo, *hi;
+        Fast *x = &self->fast[i];
+        if (!PyArg_ParseTuple(f, "niOO", &x->pos, &x->kind, &lo, &hi)) return -1;
+        if (x->pos < 0 || x->pos >= nargs || x->kind < 0 || x->kind > 2) { PyErr_SetString(PyExc_ValueError, "a bad fast test"); return -1; }
+        if (x->kind == 0) {
+            x->lo = PyLong_AsLongLong(lo);
+            if (x->lo == -1 && PyErr_Occurred()) return -1;
+            if (!PyLong_Check(hi)) { PyErr_SetString(PyExc_TypeError, "an int bound"); return -1; }
+            Py_INCREF(hi);
+            x->hi = hi;
+            int overflow;
+            x->hi_ll = PyLong_AsLongLongAndOverflow(hi, &overflow);
+            if (overflow < 0) { PyErr_SetString(PyExc_ValueError, "an int bound below every int"); return -1; }
+            x->hi_big = overflow > 0;
+        } else if (x->kind == 1) {
+            x->flo = PyFloat_AsDouble(lo);
+            x->fhi = PyFloat_AsDouble(hi);
+            if (PyErr_Occurred()) return -1;
+        }
+        self->nfast = i + 1;
+    }
+    self->recipes = PyDict_New();
+    if (self->recipes == NULL) return -1;
+    Py_INCREF(general); self->general = general;
+    Py_INCREF(hooks); self->hooks = hooks;
+    Py_INCREF(epoch); self->epoch = epoch;
+    Py_INCREF(arm); self->arm = arm;
+    Py_INCREF(run); self->run = run;
+    self->nargs = nargs;
+    self->maxsize = maxsize;
+    return 0;
+}
+
+/* 1: the argument passes the wrapper's test for an argument it need not convert, 0: it does not, -1: error */
+static int fast_ok(Fast *x, PyObject *v) {
+    if (x->kind == 0) {
+        if (!PyLong_CheckExact(v)) return 0;
+        int overflow;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow < 0 || (!overflow && n < x->lo)) return 0;
+        if (!overflow && n == -1 && PyErr_Occurred()) return -1;
+        if (!overflow) return x->hi_big || n <= x->hi_ll;
+        return x->hi_big ? PyObject_RichCompareBool(v, x->hi, Py_LE) : 0;
+    }
+    if (x->kind == 1) {
+        if (!PyFloat_CheckExact(v)) return 0;
+        double d = PyFloat_AS_DOUBLE(v);
+        return (isinf(x->fhi) && x->fhi > 0) || (x->flo <= d && d <= x->fhi);  /* no bounds: no test (the wrapper's) */
+    }
+    return 0;
+}
+
+#define HOST_ADDRESS_MIN 2147483648LL  /* data.HOST_ADDRESS_MIN: an int of this magnitude is an address */
+
+/* Replay ``recipe`` (a new reference's borrowed view) for ``args``: 1 ran, 0 not taken, -1 error */
+static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
+    PyObject *tensors = NULL, *scalars = NULL, *plan = NULL;
+    int rc = -1;
+    if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 9) { PyErr_SetString(PyExc_TypeError, "a recipe: a tuple of 9"); return -1; }
+    PyObject *handle = PyTuple_GET_ITEM(recipe, 1), *keys = PyTuple_GET_ITEM(recipe, 2), *tspec = PyTuple_GET_ITEM(recipe, 3),
+             *sspec = PyTuple_GET_ITEM(recipe, 4), *betas = PyTuple_GET_ITEM(recipe, 5), *unread = PyTuple_GET_ITEM(recipe, 6),
+             *utypes = PyTuple_GET_ITEM(recipe, 7), *wspec = PyTuple_GET_ITEM(recipe, 8);
+    if (!PyTuple_Check(keys) || !PyTuple_Check(tspec) || !PyTuple_Check(sspec) || !PyTuple_Check(betas)
+            || !PyTuple_Check(unread) || !PyTuple_Check(utypes) || PyTuple_GET_SIZE(betas) > 8
+            || PyTuple_GET_SIZE(keys) != ((Py_ssize_t)1 << PyTuple_GET_SIZE(betas))
+            || PyTuple_GET_SIZE(sspec) > 16 || (wspec != Py_None && !(PyTuple_Check(wspec) && PyTuple_GET_SIZE(wspec) == 3))) {
+        PyErr_SetString(PyExc_TypeError, "a malformed recipe");
+        return -1;
+    }
+    /* the buffers the call does not read */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(unread); i++) {
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(unread, i));
+        if (p < 0 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an unread position"); return -1; }
+        PyObject *v = args[p];
+        if (v == Py_None || (PyLong_CheckExact(v) && PyObject_Not(v) == 1)) continue;
+        int ok = 0;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(utypes); k++)
+            if ((PyObject *)Py_TYPE(v) == PyTuple_GET_ITEM(utypes, k)) { ok = 1; break; }
+        if (!ok) return 0;
+    }
+    /* the scalars, as data.scalar reads a float or a small int */
+    double val[16];
+    scalars = PyDict_New();
+    if (scalars == NULL) return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sspec); i++) {
+        PyObject *e = PyTuple_GET_ITEM(sspec, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3) { PyErr_SetString(PyExc_TypeError, "a scalar entry"); goto error; }
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
+        if (p < 0 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a scalar position"); goto error; }
+        PyObject *v = args[p], *lo = PyTuple_GET_ITEM(e, 2), *f;
+        if (PyFloat_CheckExact(v)) {
+            val[i] = PyFloat_AS_DOUBLE(v);
+            if (lo != Py_None && !(val[i] >= PyFloat_AsDouble(lo))) { rc = 0; goto error; }
+            Py_INCREF(v);
+            f = v;
+        } else if (lo == Py_None && PyLong_CheckExact(v)) {
+            int overflow;
+            long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow || n <= -HOST_ADDRESS_MIN || n >= HOST_ADDRESS_MIN) { rc = 0; goto error; }
+            val[i] = (double)n;
+            f = PyFloat_FromDouble(val[i]);
+            if (f == NULL) goto error;
+        } else {
+            rc = 0;
+            goto error;
+        }
+        int st = PyDict_SetItem(scalars, PyTuple_GET_ITEM(e, 1), f);
+        Py_DECREF(f);
+        if (st < 0) goto error;
+    }
+    Py_ssize_t idx = 0;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(betas); j++) {
+        Py_ssize_t b = PyLong_AsSsize_t(PyTuple_GET_ITEM(betas, j));
+        if (b < 0 || b >= PyTuple_GET_SIZE(sspec)) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a beta index"); goto error; }
+        if (val[b] == 0.0) idx |= (Py_ssize_t)1 << j;
+    }
+    PyObject *key = PyTuple_GET_ITEM(keys, idx);
+    /* the tensors: uid -> (buffer, argname) */
+    tensors = PyDict_New();
+    if (tensors == NULL) goto error;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tspec); i++) {
+        PyObject *e = PyTuple_GET_ITEM(tspec, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3) { PyErr_SetString(PyExc_TypeError, "a tensor entry"); goto error; }
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
+        if (p < 0 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a tensor position"); goto error; }
+        PyObject *pair = PyTuple_Pack(2, args[p], PyTuple_GET_ITEM(e, 2));
+        if (pair == NULL) goto error;
+        int st = PyDict_SetItem(tensors, PyTuple_GET_ITEM(e, 1), pair);
+        Py_DECREF(pair);
+        if (st < 0) goto error;
+    }
+    PyObject *ws = Py_None, *wss = NULL, *warg = Py_None;
+    if (wspec != Py_None) {
+        Py_ssize_t wp = PyLong_AsSsize_t(PyTuple_GET_ITEM(wspec, 0)), sp = PyLong_AsSsize_t(PyTuple_GET_ITEM(wspec, 1));
+        if (wp < 0 || wp >= self->nargs || sp < 0 || sp >= self->nargs) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a workspace position");
+            goto error;
+        }
+        ws = args[wp];
+        wss = args[sp];
+        warg = PyTuple_GET_ITEM(wspec, 2);
+        if (!PyLong_CheckExact(wss)) { rc = 0; goto error; }  /* the family's int(size or 0): an int only here */
+    }
+    rc = run_prepared((Run *)self->run, handle, key, tensors, scalars, ws, wss, warg, &plan);
+    Py_XDECREF(plan);
+    Py_DECREF(tensors);
+    Py_DECREF(scalars);
+    return rc;
+error:
+    Py_XDECREF(tensors);
+    Py_XDECREF(scalars);
+    return rc;
+}
+
+static PyObject *Site_vcall(Site *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *ck = NULL, *recipe = NULL, *res;
+    if (self->general == NULL) { PyErr_SetString(PyExc_RuntimeError, "a cleared site"); return NULL; }
+    if ((kwnames && PyTuple_GET_SIZE(kwnames)) || nargs != self->nargs || PyList_GET_SIZE(self->hooks)) goto general;
+    for (Py_ssize_t i = 0; i < self->nfast; i++) {
+        int t = fast_ok(&self->fast[i], args[self->fast[i].pos]);
+        if (t <= 0) { if (t < 0) return NULL; goto general; }
+    }
+    ck = PyTuple_New(self->nkey);
+    if (ck == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->nkey; i++) {
+        PyObject *v = args[self->key[i]];
+        Py_INCREF(v);
+        PyTuple_SET_ITEM(ck, i, v);
+    }
+    recipe = PyDict_GetItemWithError(self->recipes, ck);
+    if (recipe == NULL) {
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) goto error;
+            PyErr_Clear();  /* an unhashable argument: no recipe (the general way says what it is) */
+            Py_CLEAR(ck);
+            goto general;
+        }
+        goto general_arm;
+    }
+    Py_INCREF(recipe);  /* another thread may replace it while the launch runs Python code */
+    if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) < 2
+            || PyTuple_GET_ITEM(recipe, 0) != PyList_GET_ITEM(self->epoch, 0)) {
+        Py_CLEAR(recipe);
+        goto general_arm;
+    }
+    if (PyTuple_GET_ITEM(recipe, 1) == Py_None) { Py_CLEAR(ck); goto general; }
+    int t = replay(self, recipe, args);
+    Py_CLEAR(recipe);
+    if (t < 0) {  /* a check that failed (a CuDNNError, before anything is written): the Python path raises it
+                   * as the wrapper converts it, naming the function */
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) goto error;
+        PyErr_Clear();
+        Py_CLEAR(ck);
+        goto general;
+    }
+    if (t > 0) { Py_DECREF(ck); Py_RETURN_NONE; }
+    Py_CLEAR(ck);
+    goto general;
+general_arm:
+    res = PyObject_Vectorcall(self->general, args, nargsf, kwnames);
+    if (res == NULL) goto error;
+    PyObject *a = PyObject_Vectorcall(self->arm, args, nargs, NULL);
+    if (a == NULL) { Py_DECREF(res); goto error; }
+    if (a != Py_None) {
+        if (PyDict_GET_SIZE(self->recipes) >= self->maxsize) PyDict_Clear(self->recipes);
+        if (PyDict_SetItem(self->recipes, ck, a) < 0) { Py_DECREF(a); Py_DECREF(res); goto error; }
+    }
+    Py_DECREF(a);
+    Py_DECREF(ck);
+    return res;
+general:
+    return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
+error:
+    Py_XDECREF(ck);
+    Py_XDECREF(recipe);
+    return NULL;
+}
+
+static PyObject *Site_call(Site *self, PyObject *args, PyObject *kw) {
+    return PyVectorcall_Call((PyObject *)self, args, kw);
+}
+
+static PyObject *Site_get_general(Site *self, void *closure) { Py_INCREF(self->general); return self->general; }
+static PyObject *Site_get_recipes(Site *self, void *closure) { Py_INCREF(self->recipes); return self->recipes; }
+
+static PyObject *Site_descr_get(PyObject *self, PyObject *obj, PyObject *type) {  /* binds like a function */
+    if (obj == NULL || obj == Py_None) { Py_INCREF(self); return self; }
+    return PyMethod_New(self, obj);
+}
+
+static PyGetSetDef Site_getset[] = {
+    {"general", (getter)Site_get_general, NULL, "the Python wrapper", NULL},
+    {"recipes", (getter)Site_get_recipes, NULL, "argument tuple -> recipe", NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject SiteType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cudnn_compat._backend._steady.Site",
+    .tp_basicsize = sizeof(Site),
+    .tp_dealloc = (destructor)Site_dealloc,
+    .tp_vectorcall_offset = offsetof(Site, vc),
+    .tp_call = (ternaryfunc)Site_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_traverse = (traverseproc)Site_traverse,
+    .tp_clear = (inquiry)Site_clear,
+    .tp_doc = "a legacy function made again from its call sites' steady recipes (see _steady.c)",
+    .tp_init = (initproc)Site_init,
+    .tp_new = Site_new,
+    .tp_getset = Site_getset,
+    .tp_descr_get = Site_descr_get,
+    .tp_dictoffset = offsetof(Site, dict),
+    .tp_weaklistoffset = offsetof(Site, weaklist),
 };
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -920,7 +1284,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_steady", "The steady path of a prepared call, compiled (see _steady.c).", -1, methods};
 
 PyMODINIT_FUNC PyInit__steady(void) {
-    if (PyType_Ready(&ValuesType) < 0 || PyType_Ready(&LauncherType) < 0 || PyType_Ready(&RunType) < 0) return NULL;
+    if (PyType_Ready(&ValuesType) < 0 || PyType_Ready(&LauncherType) < 0 || PyType_Ready(&RunType) < 0
+            || PyType_Ready(&SiteType) < 0) return NULL;
 #define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
     INTERN(S_dtype, "dtype"); INTERN(S_c, "_c_contiguous"); INTERN(S_f, "_f_contiguous"); INTERN(S_nbytes, "nbytes");
     INTERN(S_data, "data"); INTERN(S_ptr, "ptr"); INTERN(S_acquire, "acquire"); INTERN(S_release, "release");
@@ -935,7 +1300,9 @@ PyMODINIT_FUNC PyInit__steady(void) {
     Py_INCREF(&ValuesType);
     Py_INCREF(&LauncherType);
     Py_INCREF(&RunType);
+    Py_INCREF(&SiteType);
     if (PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0 ||
+        PyModule_AddObject(m, "Site", (PyObject *)&SiteType) < 0 ||
         PyModule_AddObject(m, "Values", (PyObject *)&ValuesType) < 0 ||
         PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) { Py_DECREF(m); return NULL; }
     return m;

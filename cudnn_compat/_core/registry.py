@@ -496,6 +496,13 @@ def _general(fn, c_name: str, pos, kw, args: tuple, kwargs: dict):
         raise _bare_error(e, c_name, fn, args, kwargs) from e
 
 
+def fast_tests(pos) -> tuple:
+    """``_terms``' test as data, for ``_steady.Site``: ((position, 0 int | 1 float | 2 never, lo, hi), ...)."""
+    kinds = {int: 0, float: 1}
+    return tuple((i, kinds.get(fast, 2), lo if fast is int else float(lo), hi if fast is int else float(hi))
+                 for i, _, fast, lo, hi, _ in pos)
+
+
 def _terms(pos, arg) -> str:
     """Python source of the test that lets a call skip conversion: every converted positional
     argument (``arg(i)`` in the source) is already a plain int / float in range (constants
@@ -539,6 +546,7 @@ def legacy(c_name: str, cupy: "str | None" = None):
         wrapper.__name__ = c_name
         wrapper.__doc__ = DOCS.get(c_name, fn.__doc__)  # the generated reference (tools/gen_api_docs.py)
         wrapper.c_name = c_name
+        wrapper.fast_tests = fast_tests(pos)
         LEGACY[c_name] = wrapper
         CUPY_NAMES[cupy or cupy_name(c_name)] = c_name
         return wrapper

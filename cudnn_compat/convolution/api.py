@@ -30,6 +30,7 @@ from .algos import (CuDNNAlgoPerf, INT8_CONFIGS, Layout, MIXED_DTYPES, NON_DETER
 from .._core.data import extent_bytes, scalar
 from .._core.descriptor import resolve
 from .._core.memo import Memo, call_site
+from .._core.recipes import Recipe, steady
 from .._core.registry import CUPY_NAMES, legacy
 from ..enums import ENUMS, name_of
 from ..errors import STATUS, bad_param, check, not_supported
@@ -289,6 +290,19 @@ def convolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, alg
     """dw = alpha*convBwdFilter(x, dy) + beta*dw, the adjoint of the forward in w (002 §6.2.2)."""
     _compute(BWD_FILTER, handle, alpha, (xDesc, dwDesc, dyDesc), (x, dw, dy), convDesc, algo, workSpace,
              workSpaceSizeInBytes, beta)
+
+
+def _steady(wrapper, dr: Direction):
+    """``wrapper`` with the recipe of ``_compute``'s call site for direction ``dr``."""
+    x, w, y = dr.datas
+    return steady(wrapper, _SITES, ("handle",) + dr.descs + ("convDesc", "algo"), lambda h, xd, wd, yd, cd, dbl, keys: Recipe(
+        h, keys, {x: X, w: W, y: Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",),
+        workspace=("workSpace", "workSpaceSizeInBytes")), site_key=lambda k: (k[0], dr.kind) + k[1:])
+
+
+convolutionForward = _steady(convolutionForward, FWD)
+convolutionBackwardData = _steady(convolutionBackwardData, BWD_DATA)
+convolutionBackwardFilter = _steady(convolutionBackwardFilter, BWD_FILTER)
 
 
 # -- algorithm queries ----------------------------------------------------------------------------
@@ -707,6 +721,14 @@ def _cba_site(handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc, activation
     keys = tuple(("ConvolutionBiasActivationForward", xd.key(), wd.key(), yd.key(), cd.key(), zd.key(), bd.key(),
                   ad.key(), algo if type(algo) is int else repr(algo), uz) for uz in (False, True))
     return h, xd, wd, yd, zd, cd, bd, ad, double, keys
+
+
+convolutionBiasActivationForward = steady(  # keys[alpha2 != 0]; z bound always (a plan without z ignores it)
+    convolutionBiasActivationForward, _CBA_SITES,
+    ("handle", "xDesc", "wDesc", "yDesc", "zDesc", "convDesc", "biasDesc", "activationDesc", "algo"),
+    lambda h, xd, wd, yd, zd, cd, bd, ad, dbl, keys: Recipe(
+        h, (keys[True], keys[False]), {"x": X, "w": W, "y": Y, "bias": BIAS, "z": Z}, {"alpha1": ALPHA, "alpha2": ALPHA2},
+        ("alpha2",), workspace=("workSpace", "workSpaceSizeInBytes")))
 
 
 # CuPy 13 spellings that name the same functions (cupy_backends/cuda/cupy_cudnn.h macros).

@@ -1,0 +1,373 @@
+"""Steady recipes (cudnn_compat/_core/recipes.py, ``_steady.Site``): a repeated legacy call made
+again in C from what its Python path wrote down, and every call it cannot make handed to that
+path (its twin) unchanged.
+
+What is checked, on the CPU place and on the emulated GPU place (tests/host_emu.py):
+- every family with a recipe replays it: from the fourth call with the same descriptors no frame
+  of the Python wrapper runs;
+- the numbers of replayed calls equal the reference engine's, call after call, with alpha/beta
+  changing between forms that pick other plans (beta 0 / not 0, ints, -0.0);
+- the class "a call the recipe cannot make": for each form of argument that must go the Python
+  way (keywords, scalars of other forms or out of range, NULL or foreign buffers, an epsilon
+  below the minimum, a converted argument, another argument count) the compiled function and
+  its Python wrapper give the same outputs or the same error, status and message;
+- a recipe goes stale when a descriptor changes, and the numbers follow the new settings;
+- a legacy hook (trace) sees every call.
+"""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cudnn_compat as cc
+from cudnn_compat._backend import steady as _steady_mod
+from cudnn_compat.errors import CuDNNError
+from conftest import tdesc
+from test_host_path import CASES, _f32, assert_close
+
+SITE = getattr(_steady_mod._MODULE, "Site", None)
+pytestmark = pytest.mark.skipif(_steady_mod.module() is None, reason="the compiled steady path is not built")
+
+# the families of test_host_path.CASES whose functions have a recipe
+RECIPES = ("act_fwd", "act_bwd", "add_tensor", "bn_train", "bn_inf", "bn_bwd", "lrn", "pool_fwd", "pool_bwd",
+           "softmax_fwd", "softmax_bwd")
+WITH_RECIPE = ("cudnnActivationForward", "cudnnActivationBackward", "cudnnAddTensor", "cudnnBatchNormalizationForwardTraining",
+               "cudnnBatchNormalizationForwardInference", "cudnnBatchNormalizationBackward", "cudnnLRNCrossChannelForward",
+               "cudnnPoolingForward", "cudnnPoolingBackward", "cudnnSoftmaxForward", "cudnnSoftmaxBackward",
+               "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter",
+               "cudnnConvolutionBiasActivationForward")
+
+
+@pytest.fixture
+def emu():
+    import kernel_emu
+    why = kernel_emu.available()
+    if why:
+        pytest.skip(why)
+    import host_emu
+    from cudnn_compat._core import memo as _memo
+    cc.plan_cache_clear()
+    e = host_emu.Emu("emulate")
+    yield e
+    e.restore()
+    _memo.clear_all()
+    cc._core.call.clear_prepared()
+
+
+@pytest.fixture
+def native_emu():
+    import host_emu
+    from cudnn_compat._core import memo as _memo
+    cc.plan_cache_clear()
+    e = host_emu.Emu("noop", cudnn=True)
+    yield e
+    e.restore()
+    _memo.clear_all()
+    cc._core.call.clear_prepared()
+    cc.plan_cache_clear()
+
+
+def _wrapper_frames(fn) -> list:
+    """The frames of generated legacy wrappers (the Python path's first frame) one call ``fn()`` runs."""
+    seen = []
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith("<legacy wrapper"):
+            seen.append(frame.f_code.co_filename)
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_the_functions_with_a_recipe_are_sites():
+    for name in WITH_RECIPE:
+        f = cc.LEGACY[name]
+        assert type(f) is SITE, name
+        assert getattr(cc, name) is f and f.__name__ == name and f.c_name == name
+        assert type(f.general).__name__ == "function" and f.general.c_name == name
+        # introspection sees the family function's parameters (argument conversion, messages, docs)
+        import inspect
+        assert list(inspect.signature(f).parameters) == list(inspect.signature(f.general).parameters)
+
+
+def test_without_the_extension_the_wrappers_stay():
+    code = ("import cudnn_compat as cc, types; "
+            "assert isinstance(cc.cudnnActivationForward, types.FunctionType); "
+            "assert isinstance(cc.LEGACY['cudnnConvolutionForward'], types.FunctionType)")
+    import os
+    env = dict(os.environ, CUDNN_COMPAT_COMPILED="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("case", RECIPES)
+def test_every_recipe_family_replays(native_emu, rng, case):
+    import host_emu
+    h = native_emu.handle()
+    ins, outs, call = CASES[case](rng)
+    dev = {k: host_emu.EmuArray(v) for k, v in _f32({**ins, **outs}).items()}
+    for _ in range(4):  # both keys (beta 0 and not) prepared
+        call(h, dev, 1.0, 0.0)
+        call(h, dev, 1.0, 0.5)
+    assert not _wrapper_frames(lambda: call(h, dev, 1.5, 0.0)), f"{case}: the call ran its Python wrapper"
+    assert not _wrapper_frames(lambda: call(h, dev, 2, 0.5)), f"{case}: beta != 0 ran the Python wrapper"
+
+
+def _conv_calls(rng, h_place: str):
+    """The four convolution functions with a recipe, on one 3x3 problem: (ins, outs, call) each."""
+    X, Wt = (2, 4, 6, 6), (4, 4, 3, 3)
+    F32 = cc.CUDNN_DATA_FLOAT
+    xd, yd, bd = tdesc(X), tdesc(X), tdesc((1, 4, 1, 1))
+    wd = cc.cudnnCreateFilterDescriptor()
+    cc.cudnnSetFilter4dDescriptor(wd, F32, cc.CUDNN_TENSOR_NCHW, *Wt)
+    cd = cc.cudnnCreateConvolutionDescriptor()
+    cc.cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, cc.CUDNN_CROSS_CORRELATION, F32)
+    ad = cc.cudnnCreateActivationDescriptor()
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    x, w, y = rng.standard_normal(X), rng.standard_normal(Wt), rng.standard_normal(X)
+    ws = np.zeros(1 << 16, np.uint8)
+    return {
+        "conv_fwd": ({"x": x, "w": w, "ws": ws}, {"y": y}, lambda h, b, a, be: cc.cudnnConvolutionForward(
+            h, a, xd, b["x"], wd, b["w"], cd, 0, b["ws"], ws.nbytes, be, yd, b["y"])),
+        "conv_bwd_data": ({"w": w, "dy": y, "ws": ws}, {"dx": x}, lambda h, b, a, be: cc.cudnnConvolutionBackwardData(
+            h, a, wd, b["w"], yd, b["dy"], cd, 0, b["ws"], ws.nbytes, be, xd, b["dx"])),
+        "conv_bwd_filter": ({"x": x, "dy": y, "ws": ws}, {"dw": w}, lambda h, b, a, be: cc.cudnnConvolutionBackwardFilter(
+            h, a, xd, b["x"], yd, b["dy"], cd, 0, b["ws"], ws.nbytes, be, wd, b["dw"])),
+        "conv_bias_act": ({"x": x, "w": w, "z": rng.standard_normal(X), "bias": rng.standard_normal((1, 4, 1, 1)),
+                           "ws": ws}, {"y": y},
+                          lambda h, b, a, be: cc.cudnnConvolutionBiasActivationForward(
+                              h, a, xd, b["x"], wd, b["w"], cd, 1, b["ws"], ws.nbytes, be, yd, b["z"], bd, b["bias"],
+                              ad, yd, b["y"])),
+    }
+
+
+@pytest.mark.parametrize("case", ("conv_fwd", "conv_bwd_data", "conv_bwd_filter", "conv_bias_act"))
+def test_convolutions_replay(native_emu, rng, case):
+    import host_emu
+    h = native_emu.handle()
+    ins, outs, call = _conv_calls(rng, "gpu")[case]
+    dev = {k: host_emu.EmuArray(v) for k, v in _f32({**ins, **outs}).items()}
+    dev["ws"] = host_emu.EmuArray(ins["ws"])
+    for _ in range(4):
+        call(h, dev, 1.0, 0.0)
+        call(h, dev, 1.0, 1.0)
+    # the same scalars as before (the native engine's launch replays a graph per set of scalar values)
+    assert not _wrapper_frames(lambda: call(h, dev, 1.0, 0.0)), f"{case}: the call ran its Python wrapper"
+    assert not _wrapper_frames(lambda: call(h, dev, 1.0, 1.0)), f"{case}: the other key ran its Python wrapper"
+
+
+SCALARS = ((1.0, 0.0), (1.5, -0.5), (2, 0), (0.5, 1), (1.0, -0.0), (-1.0, 0.25), (3, 0.0))
+
+
+@pytest.mark.parametrize("case", ("act_fwd", "add_tensor", "softmax_fwd", "pool_fwd", "bn_train"))
+def test_replayed_calls_give_the_reference_numbers(emu, rng, case):
+    """Call after call on the same buffers (bn_train's running statistics accumulate on both sides),
+    alpha/beta changing between forms (beta 0 and not, ints, -0.0) and so between the recipe's keys."""
+    import host_emu
+    ins, outs, call = CASES[case](rng)
+    hc, h = cc.cudnnCreate("cpu"), emu.handle()
+    bufs = _f32({**ins, **outs})
+    ref = {k: v.copy() for k, v in bufs.items()}
+    dev = {k: host_emu.EmuArray(v) for k, v in bufs.items()}  # views of ``bufs``
+    for i, (alpha, beta) in enumerate(SCALARS * 2):
+        call(hc, ref, alpha, beta)
+        call(h, dev, alpha, beta)
+        assert_close({k: ref[k] for k in outs}, {k: bufs[k] for k in outs}, tol=1e-4)
+    site = cc.LEGACY[{"act_fwd": "cudnnActivationForward", "add_tensor": "cudnnAddTensor",
+                      "softmax_fwd": "cudnnSoftmaxForward", "pool_fwd": "cudnnPoolingForward",
+                      "bn_train": "cudnnBatchNormalizationForwardTraining"}[case]]
+    assert any(r[1] is not None for r in site.recipes.values()), "no recipe was made"
+
+
+# -- the calls a recipe cannot make: the compiled function and its Python wrapper agree ------------------
+
+def _outcome(fn, args, kwargs, outs: dict):
+    try:
+        fn(*args, **kwargs)
+    except CuDNNError as e:
+        return ("error", type(e).__name__, e.status, str(e))
+    except TypeError as e:
+        return ("type error", str(e))
+    return ("ok", {k: np.array(v, copy=True) for k, v in outs.items()})
+
+
+def _same(a, b):
+    assert a[0] == b[0], (a, b)
+    if a[0] != "ok":
+        assert a == b
+    else:
+        for k in a[1]:
+            np.testing.assert_array_equal(a[1][k], b[1][k], err_msg=k)
+
+
+class _Capture:
+    """A case's call with its arguments captured (the lambda's cc.<function> call)."""
+
+    def __init__(self, call):
+        self.call = call
+
+    def args(self, h, bufs, alpha, beta):
+        got = {}
+
+        def hook(proceed, c_name, args, kwargs):
+            got.setdefault("c", (c_name, args))
+            return proceed(args, kwargs)
+        from cudnn_compat._core import registry
+        registry.HOOKS.append(hook)
+        try:
+            self.call(h, bufs, alpha, beta)
+        finally:
+            registry.HOOKS.remove(hook)
+        return got["c"]
+
+
+def _mutations(c_name: str, args: tuple, fn) -> list:
+    """(label, args, kwargs) forms of one call that the recipe hands to the Python path."""
+    import inspect
+    params = list(inspect.signature(fn).parameters)
+    out = [("keywords", args[:-1], {params[-1]: args[-1]}), ("one argument short", args[:-1], {}),
+           ("one argument more", args + (0,), {})]
+    for name in ("alpha", "beta", "alpha1", "alpha2", "alphaDataDiff", "betaParamDiff"):
+        if name in params:
+            i = params.index(name)
+            for label, v in (("np.float32", np.float32(0.75)), ("np.float64", np.float64(2.0)), ("bool", True),
+                             ("c_float pointer", ctypes.pointer(ctypes.c_float(0.5))), ("array", np.array([1.25])),
+                             ("huge int", 2 ** 40), ("None", None), ("a string", "1.0"), ("int -0", -0)):
+                out.append((f"{name} {label}", args[:i] + (v,) + args[i + 1:], {}))
+    if "epsilon" in params:
+        i = params.index("epsilon")
+        for label, v in (("tiny", 1e-12), ("int", 1), ("np", np.float32(1e-3))):
+            out.append((f"epsilon {label}", args[:i] + (v,) + args[i + 1:], {}))
+    for i, p in enumerate(params):
+        if isinstance(args[i], np.ndarray) and args[i].dtype != np.uint8:
+            for label, v in (("None", None), ("0", 0), ("a list", [1.0, 2.0]), ("float64", args[i].astype(np.float64)),
+                             ("strided", np.repeat(args[i], 2)[::2].reshape(args[i].shape))):
+                out.append((f"{p} {label}", args[:i] + (v,) + args[i + 1:], {}))
+    for name in ("mode", "algo", "algorithm", "lrnMode"):
+        if name in params:
+            i = params.index(name)
+            out.append((f"{name} np.int32", args[:i] + (np.int32(args[i]),) + args[i + 1:], {}))
+            out.append((f"{name} float", args[:i] + (float(args[i]),) + args[i + 1:], {}))
+    return out
+
+
+@pytest.mark.parametrize("case", RECIPES + ("conv_fwd", "conv_bwd_data", "conv_bwd_filter", "conv_bias_act"))
+def test_calls_the_recipe_cannot_make_go_the_python_way(rng, case):
+    """On the CPU place: each mutated form of an armed call, through the compiled function and
+    through its Python wrapper, on identical fresh buffers: the same outputs or the same error."""
+    h = cc.cudnnCreate("cpu")
+    ins, outs, call = (_conv_calls(rng, "cpu")[case] if case.startswith("conv") else CASES[case](rng))
+    base = _f32({**ins, **outs})
+    if "ws" in ins:
+        base["ws"] = ins["ws"]
+    work = {k: v.copy() for k, v in base.items()}
+    for _ in range(4):
+        call(h, work, 1.0, 0.0)
+    c_name, args = _Capture(call).args(h, work, 1.0, 0.0)
+    site = cc.LEGACY[c_name]
+    assert type(site) is SITE
+    assert any(r[1] is not None for r in site.recipes.values()), "armed"
+    names = {id(v): k for k, v in work.items()}
+    for label, margs, kwargs in _mutations(c_name, args, site.general):
+        results = []
+        for fn in (site, site.general):
+            fresh = {k: v.copy() for k, v in base.items()}
+            swapped = tuple(fresh[names[id(a)]] if id(a) in names else a for a in margs)
+            results.append(_outcome(fn, swapped, kwargs, {k: fresh[k] for k in outs}))
+        try:
+            _same(*results)
+        except AssertionError as e:
+            raise AssertionError(f"{case}: {label}: {e}") from None
+
+
+def test_a_stale_recipe_follows_the_new_settings(emu, rng):
+    """An activation's mode changed after its recipe was made: the next call re-resolves (tanh)."""
+    import host_emu
+    S = (2, 3, 4, 5)
+    xd, ad = tdesc(S), cc.cudnnCreateActivationDescriptor()
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    x, y = rng.standard_normal(S).astype(np.float32), np.zeros(S, np.float32)
+    h = emu.handle()
+    dx, dy = host_emu.EmuArray(x), host_emu.EmuArray(y)
+    for _ in range(4):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, dx, 0.0, xd, dy)
+    np.testing.assert_allclose(y, np.maximum(x, 0), rtol=1e-6)
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_TANH, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    cc.cudnnActivationForward(h, ad, 1.0, xd, dx, 0.0, xd, dy)
+    np.testing.assert_allclose(y, np.tanh(x), rtol=1e-5, atol=1e-6)
+    for _ in range(3):
+        cc.cudnnActivationForward(h, ad, 2.0, xd, dx, 0.0, xd, dy)
+    np.testing.assert_allclose(y, 2 * np.tanh(x), rtol=1e-5, atol=1e-6)
+    cc.cudnnDestroyActivationDescriptor(ad)
+    with pytest.raises(CuDNNError, match="activationDesc"):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, dx, 0.0, xd, dy)
+
+
+def test_in_place_with_other_strides_has_no_recipe(rng):
+    """x == y with different strides is checked per call (BAD_PARAM): such a site gets no recipe, and
+    every call still raises."""
+    h = cc.cudnnCreate("cpu")
+    S = (1, 2, 3, 3)
+    xd, yd = tdesc(S), cc.cudnnCreateTensorDescriptor()
+    cc.cudnnSetTensor4dDescriptor(yd, cc.CUDNN_TENSOR_NHWC, cc.CUDNN_DATA_FLOAT, *S)
+    ad = cc.cudnnCreateActivationDescriptor()
+    cc.cudnnSetActivationDescriptor(ad, cc.CUDNN_ACTIVATION_RELU, cc.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    x, y = rng.standard_normal(S).astype(np.float32), np.zeros(S, np.float32)
+    for _ in range(4):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, x, 0.0, yd, y)
+    for _ in range(3):
+        with pytest.raises(CuDNNError, match="in-place"):
+            cc.cudnnActivationForward(h, ad, 1.0, xd, x, 0.0, yd, x)
+    recipes = cc.cudnnActivationForward.recipes
+    assert recipes and all(r[1] is None for k, r in recipes.items() if k[3] is yd)
+
+
+def test_a_trace_sees_replayable_calls(tmp_path, rng):
+    """A legacy hook (the tracer) is in front of every call: a site with a recipe hands it over."""
+    h = cc.cudnnCreate("cpu")
+    ins, outs, call = CASES["act_fwd"](rng)
+    bufs = _f32({**ins, **outs})
+    for _ in range(4):
+        call(h, bufs, 1.0, 0.0)
+    seen = []
+    from cudnn_compat._core import registry
+
+    def hook(proceed, c_name, args, kwargs):
+        seen.append(c_name)
+        return proceed(args, kwargs)
+    registry.HOOKS.append(hook)
+    try:
+        call(h, bufs, 1.0, 0.0)
+    finally:
+        registry.HOOKS.remove(hook)
+    assert seen == ["cudnnActivationForward"]
+
+
+def test_a_site_binds_as_a_method_and_is_collected():
+    import gc
+    import weakref
+
+    class Holder:
+        f = cc.cudnnAddTensor
+    assert Holder.f is cc.cudnnAddTensor
+    mod = _steady_mod.module()
+    from cudnn_compat._core import call, registry
+    from cudnn_compat._core.descriptor import EPOCH
+    seen = []
+
+    def general(*a):
+        seen.append(a)
+    site = mod.Site(general, registry.HOOKS, EPOCH, 2, (0,), (), lambda *a: None, call.run, 8)
+    assert site(1, 2) is None and seen == [(1, 2)]
+    site.me = site  # a cycle through its __dict__
+    ref = weakref.ref(site)
+    del site
+    gc.collect()
+    assert ref() is None
