@@ -23,6 +23,7 @@ from ._core.data import same_buffer, scalar
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
 from ._core.memo import Memo, call_site
+from ._core.recipes import Recipe, steady
 from ._core.registry import legacy
 from .enums import ENUMS, is_valid, name_of
 from .errors import check, not_supported
@@ -171,6 +172,17 @@ def _op_site(handle, opTensorDesc, aDesc, A, bDesc, B, cDesc, C):
         m = _OP.put(mk, (od.compType == D["CUDNN_DATA_DOUBLE"], OPS[od.op], bd.dims == cd.dims, keys),
                     (od.key(), ad.key(), bd.key(), cd.key()))
     return h, od, ad, bd, cd, m
+
+
+def _op_recipe(h, od, ad, bd, cd, m):
+    """opTensor's recipe; with B shaped like C, the per-call rule "B is not C unless C is A" as data."""
+    _dbl, mode, b_like_c, keys = m
+    tensors = {"A": A_UID, "C": C_UID} if mode in UNARY else {"A": A_UID, "C": C_UID, "B": B_UID}
+    return Recipe(h, keys, tensors, {"alpha1": ALPHA1, "alpha2": ALPHA2, "beta": BETA}, ("beta",),
+                  constants={ALPHA: 1.0}, distinct=(("B", "C", "A"),) if b_like_c else ())
+
+
+opTensor = steady(opTensor, _OP_SITES, ("handle", "opTensorDesc", "aDesc", "bDesc", "cDesc"), _op_recipe)
 
 
 def _b_not_c(A, B, C, bd, cd) -> None:

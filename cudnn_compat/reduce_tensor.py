@@ -27,6 +27,7 @@ from ._core.data import scalar
 from ._core.descriptor import Descriptor, resolve
 from ._core.lifecycle import pair
 from ._core.memo import Memo, call_site
+from ._core.recipes import Recipe, steady
 from ._core.registry import legacy
 from .enums import CONSTANTS, ENUMS, is_valid, name_of
 from .errors import CUDNN_STATUS_INVALID_VALUE, check, not_supported
@@ -234,3 +235,17 @@ def _reduce_site(handle, reduceTensorDesc, aDesc, cDesc):
         m = _REDUCE.put(mk, (cd.dtype == "float64", _indices_bytes(rd, cd) if rd.wants_indices else None,
                              _with_indices(rd), plans), (rd.key(), ad.key(), cd.key()))
     return h, rd, ad, cd, m
+
+
+def _reduce_recipe(h, rd, ad, cd, m):
+    """reduceTensor's recipe: the workspace check is the prepared call's; none when indices are wanted
+    (their size is a per-call check)."""
+    _dbl, need, with_indices, plans = m
+    if need is not None:
+        return None
+    tensors = {"A": A_UID, "C": C_UID, **({"indices": I_UID} if with_indices else {})}
+    return Recipe(h, tuple(key for key, _build in plans), tensors, {"alpha": ALPHA, "beta": BETA}, ("beta",),
+                  workspace=("workspace", "workspaceSizeInBytes", True))
+
+
+reduceTensor = steady(reduceTensor, _REDUCE_SITES, ("handle", "reduceTensorDesc", "aDesc", "cDesc"), _reduce_recipe)

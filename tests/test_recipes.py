@@ -34,12 +34,12 @@ pytestmark = pytest.mark.skipif(_steady_mod.module() is None, reason="the compil
 
 # the families of test_host_path.CASES whose functions have a recipe
 RECIPES = ("act_fwd", "act_bwd", "add_tensor", "bn_train", "bn_inf", "bn_bwd", "lrn", "pool_fwd", "pool_bwd",
-           "softmax_fwd", "softmax_bwd")
+           "softmax_fwd", "softmax_bwd", "op_tensor", "reduce_tensor")
 WITH_RECIPE = ("cudnnActivationForward", "cudnnActivationBackward", "cudnnAddTensor", "cudnnBatchNormalizationForwardTraining",
                "cudnnBatchNormalizationForwardInference", "cudnnBatchNormalizationBackward", "cudnnLRNCrossChannelForward",
                "cudnnPoolingForward", "cudnnPoolingBackward", "cudnnSoftmaxForward", "cudnnSoftmaxBackward",
                "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter",
-               "cudnnConvolutionBiasActivationForward")
+               "cudnnConvolutionBiasActivationForward", "cudnnOpTensor", "cudnnReduceTensor")
 
 
 @pytest.fixture
@@ -72,11 +72,13 @@ def native_emu():
 
 
 def _wrapper_frames(fn) -> list:
-    """The frames of generated legacy wrappers (the Python path's first frame) one call ``fn()`` runs."""
+    """The frames of generated legacy wrappers (the Python path's first frame) one call ``fn()`` runs,
+    but for queries (reduce_tensor's case asks for its workspace size in the call)."""
     seen = []
 
     def prof(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith("<legacy wrapper"):
+        name = frame.f_code.co_filename
+        if event == "call" and name.startswith("<legacy wrapper") and not name.startswith("<legacy wrapper cudnnGet"):
             seen.append(frame.f_code.co_filename)
     sys.setprofile(prof)
     try:
@@ -217,7 +219,7 @@ class _Capture:
         got = {}
 
         def hook(proceed, c_name, args, kwargs):
-            got.setdefault("c", (c_name, args))
+            got["c"] = (c_name, args)  # the last call (a case may query a size first)
             return proceed(args, kwargs)
         from cudnn_compat._core import registry
         registry.HOOKS.append(hook)
@@ -371,3 +373,22 @@ def test_a_site_binds_as_a_method_and_is_collected():
     del site
     gc.collect()
     assert ref() is None
+
+
+def test_op_tensor_b_aliasing_c_is_refused_after_its_recipe(native_emu, rng):
+    """opTensor's per-call rule (B may not be the output C unless C is A, 002 §3.2.68) on an armed
+    site: B a different array object over C's memory is refused as the Python path refuses it."""
+    import host_emu
+    ins, outs, call = CASES["op_tensor"](rng)
+    h = native_emu.handle()
+    host = _f32({**ins, **outs})
+    dev = {k: host_emu.EmuArray(v) for k, v in host.items()}
+    for _ in range(4):
+        call(h, dev, 1.0, 0.0)
+    assert not _wrapper_frames(lambda: call(h, dev, 1.0, 0.0))
+    alias = dict(dev, b=host_emu.EmuArray(host["c"]))  # another object, C's pointer
+    assert alias["b"] is not dev["c"] and alias["b"].data.ptr == dev["c"].data.ptr
+    with pytest.raises(CuDNNError, match="B may not be the output buffer C"):
+        call(h, alias, 1.0, 0.0)
+    inplace = dict(dev, a=dev["c"], b=host_emu.EmuArray(host["c"]))  # C is A: allowed
+    call(h, inplace, 1.0, 0.0)

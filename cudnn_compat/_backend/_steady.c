@@ -892,14 +892,18 @@ static PyTypeObject RunType = {
  * ``general`` (the Python wrapper) with the same arguments: nothing here has run or written then.
  *
  * A recipe (arm's answer, a tuple): (stamp, handle, keys, tensors, scalars, betas, unread,
- * unread_types, workspace) with
+ * unread_types, workspace, constants, distinct) with
  *   keys      2**len(betas) plan-cache key objects, index sum((beta_j == 0) << j)
  *   tensors   ((position, uid, argname), ...)
  *   scalars   ((position, uid, lower bound or None), ...): None takes a float or an int of
  *             magnitude < 2**31 (alpha, beta); a bound takes a float >= it (epsilon)
  *   betas     indices into ``scalars``
  *   unread    positions of buffers the call does not read: None, 0 or an exact ``unread_types``
- *   workspace None or (workspace position, size position, the size argument's name)
+ *   workspace None or (workspace position, size position, the size argument's name, whether a NULL
+ *             workspace passes size 0)
+ *   constants ((uid, value), ...): scalars the family passes as constants
+ *   distinct  ((p, q, r), ...): args[p] and args[q] must not be one buffer unless args[r] is it too
+ *             (data.same_buffer; a form it cannot compare takes the Python path)
  * or (stamp, None): this call site has no recipe while EPOCH[0] is ``stamp``.  None: not yet. */
 
 typedef struct {
@@ -1025,18 +1029,38 @@ static int fast_ok(Fast *x, PyObject *v) {
 
 #define HOST_ADDRESS_MIN 2147483648LL  /* data.HOST_ADDRESS_MIN: an int of this magnitude is an address */
 
+static PyObject *ZERO;  /* the int 0 */
+
+/* data.same_buffer for the forms a replay takes: 1 one buffer, 0 not, -2 a form it cannot tell (the
+ * Python path decides), -1 an error.  ``types``: the array types of the place (the recipe's). */
+static int same_buffer(PyObject *a, PyObject *b, PyObject *types) {
+    if (a == b) return a != Py_None;
+    if (a == Py_None || b == Py_None) return 0;
+    if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) return PyObject_RichCompareBool(a, b, Py_EQ);
+    if (Py_TYPE(a) != Py_TYPE(b) || PyTuple_GET_SIZE(types) < 2 || (PyObject *)Py_TYPE(a) != PyTuple_GET_ITEM(types, 1))
+        return -2;  /* a device array (types[1]) of each: their pointers; anything else the Python path compares */
+    PyObject *pa = NULL, *pb = NULL, *da = PyObject_GetAttr(a, S_data), *db = PyObject_GetAttr(b, S_data);
+    int r = -1;
+    if (da && db && (pa = PyObject_GetAttr(da, S_ptr)) && (pb = PyObject_GetAttr(db, S_ptr)))
+        r = PyObject_RichCompareBool(pa, pb, Py_EQ);
+    Py_XDECREF(da); Py_XDECREF(db); Py_XDECREF(pa); Py_XDECREF(pb);
+    return r;
+}
+
 /* Replay ``recipe`` (a new reference's borrowed view) for ``args``: 1 ran, 0 not taken, -1 error */
 static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
     PyObject *tensors = NULL, *scalars = NULL, *plan = NULL;
     int rc = -1;
-    if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 9) { PyErr_SetString(PyExc_TypeError, "a recipe: a tuple of 9"); return -1; }
+    if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 11) { PyErr_SetString(PyExc_TypeError, "a recipe: a tuple of 11"); return -1; }
     PyObject *handle = PyTuple_GET_ITEM(recipe, 1), *keys = PyTuple_GET_ITEM(recipe, 2), *tspec = PyTuple_GET_ITEM(recipe, 3),
              *sspec = PyTuple_GET_ITEM(recipe, 4), *betas = PyTuple_GET_ITEM(recipe, 5), *unread = PyTuple_GET_ITEM(recipe, 6),
-             *utypes = PyTuple_GET_ITEM(recipe, 7), *wspec = PyTuple_GET_ITEM(recipe, 8);
+             *utypes = PyTuple_GET_ITEM(recipe, 7), *wspec = PyTuple_GET_ITEM(recipe, 8), *consts = PyTuple_GET_ITEM(recipe, 9),
+             *distinct = PyTuple_GET_ITEM(recipe, 10);
     if (!PyTuple_Check(keys) || !PyTuple_Check(tspec) || !PyTuple_Check(sspec) || !PyTuple_Check(betas)
             || !PyTuple_Check(unread) || !PyTuple_Check(utypes) || PyTuple_GET_SIZE(betas) > 8
             || PyTuple_GET_SIZE(keys) != ((Py_ssize_t)1 << PyTuple_GET_SIZE(betas))
-            || PyTuple_GET_SIZE(sspec) > 16 || (wspec != Py_None && !(PyTuple_Check(wspec) && PyTuple_GET_SIZE(wspec) == 3))) {
+            || PyTuple_GET_SIZE(sspec) > 16 || (wspec != Py_None && !(PyTuple_Check(wspec) && PyTuple_GET_SIZE(wspec) == 4))
+            || !PyTuple_Check(consts) || !PyTuple_Check(distinct)) {
         PyErr_SetString(PyExc_TypeError, "a malformed recipe");
         return -1;
     }
@@ -1050,6 +1074,23 @@ static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(utypes); k++)
             if ((PyObject *)Py_TYPE(v) == PyTuple_GET_ITEM(utypes, k)) { ok = 1; break; }
         if (!ok) return 0;
+    }
+    /* pairs that must not be one buffer (unless a third one is it too): the family's per-call check */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(distinct); i++) {
+        Py_ssize_t p[3];
+        PyObject *e = PyTuple_GET_ITEM(distinct, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3) { PyErr_SetString(PyExc_TypeError, "a distinct entry"); return -1; }
+        for (int k = 0; k < 3; k++) {
+            p[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, k));
+            if (p[k] < 0 || p[k] >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a distinct position"); return -1; }
+        }
+        int same = same_buffer(args[p[0]], args[p[1]], utypes);
+        if (same < 0) return same == -2 ? 0 : -1;
+        if (same) {
+            same = same_buffer(args[p[2]], args[p[1]], utypes);
+            if (same < 0) return same == -2 ? 0 : -1;
+            if (!same) return 0;
+        }
     }
     /* the scalars, as data.scalar reads a float or a small int */
     double val[16];
@@ -1080,6 +1121,11 @@ static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
         int st = PyDict_SetItem(scalars, PyTuple_GET_ITEM(e, 1), f);
         Py_DECREF(f);
         if (st < 0) goto error;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); i++) {
+        PyObject *e = PyTuple_GET_ITEM(consts, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) { PyErr_SetString(PyExc_TypeError, "a constant entry"); goto error; }
+        if (PyDict_SetItem(scalars, PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1)) < 0) goto error;
     }
     Py_ssize_t idx = 0;
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(betas); j++) {
@@ -1113,6 +1159,9 @@ static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
         wss = args[sp];
         warg = PyTuple_GET_ITEM(wspec, 2);
         if (!PyLong_CheckExact(wss)) { rc = 0; goto error; }  /* the family's int(size or 0): an int only here */
+        int null_zero = PyObject_IsTrue(PyTuple_GET_ITEM(wspec, 3));
+        if (null_zero < 0) goto error;
+        if (null_zero && (ws == Py_None || (PyLong_CheckExact(ws) && PyObject_Not(ws) == 1))) wss = ZERO;  /* NULL: 0 bytes */
     }
     rc = run_prepared((Run *)self->run, handle, key, tensors, scalars, ws, wss, warg, &plan);
     Py_XDECREF(plan);
@@ -1294,6 +1343,7 @@ PyMODINIT_FUNC PyInit__steady(void) {
     INTERN(S_bind, "bind"); INTERN(S_via, "via_execute"); INTERN(S_launch, "launch"); INTERN(S_calls, "calls");
     INTERN(S_key, "key"); INTERN(S_wsize, "workspace_size"); INTERN(S_ws, "workspace"); INTERN(S_wss, "workspace_size");
     INTERN(S_warg, "workspace_arg");
+    if (!(ZERO = PyLong_FromLong(0))) return NULL;
 #undef INTERN
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

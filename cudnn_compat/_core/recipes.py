@@ -49,27 +49,35 @@ class Recipe:
     betas:     parameters of ``scalars`` whose being zero picks the key
     bounds:    {parameter: lower bound}: a float >= it (epsilon), no int
     unread:    parameters of buffers the call does not read (None, 0 or an array passes)
-    workspace: (workspace parameter, size parameter): passed to run with the size's name
+    workspace: (workspace parameter, size parameter[, True: a NULL workspace passes size 0]): passed
+               to run with the size's name (the prepared call checks it is enough)
+    constants: {uid: value}: scalars the family passes as constants
+    distinct:  ((p, q, r), ...): parameters p and q must not be one buffer unless r is it too
     """
 
-    __slots__ = ("handle", "keys", "tensors", "scalars", "betas", "bounds", "unread", "workspace")
+    __slots__ = ("handle", "keys", "tensors", "scalars", "betas", "bounds", "unread", "workspace", "constants",
+                 "distinct")
 
     def __init__(self, handle, keys, tensors: dict, scalars: dict, betas: tuple = (), bounds: "dict | None" = None,
-                 unread: tuple = (), workspace: "tuple | None" = None):
+                 unread: tuple = (), workspace: "tuple | None" = None, constants: "dict | None" = None,
+                 distinct: tuple = ()):
         self.handle, self.tensors, self.scalars, self.betas = handle, tensors, scalars, betas
         self.keys = keys if betas else (keys,)
         self.bounds, self.unread, self.workspace = bounds or {}, unread, workspace
+        self.constants, self.distinct = constants or {}, distinct
 
     def compiled(self, stamp, pos: dict) -> tuple:
         """The tuple ``_steady.Site`` replays (its docstring), parameter names made positions."""
         names = list(self.scalars)
         nd = _CUPY_NDARRAY[:1] if self.handle.place != "cpu" else []
-        ws = None if self.workspace is None else (pos[self.workspace[0]], pos[self.workspace[1]], self.workspace[1])
+        ws = None if self.workspace is None else \
+            (pos[self.workspace[0]], pos[self.workspace[1]], self.workspace[1], bool(self.workspace[2:] and self.workspace[2]))
         return (stamp, self.handle, tuple(self.keys),
                 tuple((pos[n],) + (t if type(t) is tuple else (t, n)) for n, t in self.tensors.items()),
                 tuple((pos[n], uid, self.bounds.get(n)) for n, uid in self.scalars.items()),
                 tuple(names.index(b) for b in self.betas),
-                tuple(pos[n] for n in self.unread), tuple([np.ndarray] + nd), ws)
+                tuple(pos[n] for n in self.unread), tuple([np.ndarray] + nd), ws, tuple(self.constants.items()),
+                tuple(tuple(pos[n] for n in d) for d in self.distinct))
 
 
 def steady(wrapper, sites, key: tuple, recipe, site_key=None):
