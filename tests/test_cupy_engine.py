@@ -563,12 +563,17 @@ def test_fused_chain_is_one_kernel(handles, rng):
 
 
 def test_streams_are_honoured(handles, rng):
-    """Work goes on the handle's stream: queued behind a spinning kernel on a non-blocking stream, the
-    result is not visible from another stream until that stream is synchronized."""
+    """Work goes on the handle's stream: queued behind a kernel that waits for the host on a
+    non-blocking stream, the result is not visible from another stream until the host releases it.
+    The kernel spins on a flag in pinned host memory (bounded: about 20 s of clock), not for a fixed
+    time: under a loaded host (pytest-xdist workers compiling) a timed spin could end before the
+    check, and the test would fail although the call waited (issue 26's note on a flaky run)."""
     import cupy
     hc, hg = handles
-    spin = cupy.RawKernel(r'''extern "C" __global__ void spin(long long t) {
-        long long s = clock64(); while (clock64() - s < t) {} }''', "spin")
+    gate = cupy.RawKernel(r'''extern "C" __global__ void gate(volatile int *flag, long long limit) {
+        long long s = clock64(); while (*flag == 0 && clock64() - s < limit) {} }''', "gate")
+    mem = cupy.cuda.alloc_pinned_memory(4)
+    flag = np.frombuffer(mem, np.int32, 1)
     for raw in (False, True):
         owner = cupy.cuda.Stream(non_blocking=True)
         s = owner.ptr if raw else owner  # a raw cudaStream_t int, or the Stream object
@@ -582,12 +587,14 @@ def test_streams_are_honoured(handles, rng):
             stream.synchronize()
             dc.fill(0)
             cupy.cuda.Device().synchronize()
+            flag[0] = 0
             with stream:
-                spin((1,), (1,), (np.int64(300_000_000),))
+                gate((1,), (1,), (mem.ptr, np.int64(40_000_000_000)))
             cc.cudnnAddTensor(hg, 1.0, a.desc, da, 0.0, c.desc, dc)
             other = cupy.cuda.Stream(non_blocking=True)
             with other:
                 early = dc.get(stream=other)
+            flag[0] = 1  # release the stream
             assert np.all(early == 0), "the call did not wait for its stream"
             stream.synchronize()
             assert np.allclose(dc.get().reshape(c.shape), np.broadcast_to(a.host.reshape(1, 3, 1, 1), c.shape))

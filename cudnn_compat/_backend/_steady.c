@@ -42,7 +42,37 @@
 typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                          unsigned shm, void *stream, void **params, void **extra);
 
-static PyObject *S_dtype, *S_c, *S_f, *S_nbytes, *S_data, *S_ptr, *S_acquire, *S_release, *S_get;
+static PyObject *S_dtype, *S_c, *S_f, *S_nbytes, *S_data, *S_ptr;
+
+/* Every object here is a vectorcall object of a struct T with a ``vc`` slot and T_vcall, T_dealloc,
+ * T_traverse, T_clear, T_init: STEADY_NEW(T) is its tp_new, STEADY_TYPE(T, flags, doc, ...) its type
+ * (the ... adds slots: getset and the like). */
+static PyObject *vc_call(PyObject *self, PyObject *args, PyObject *kw) { return PyVectorcall_Call(self, args, kw); }
+
+#define STEADY_NEW(T) \
+    static PyObject *T##_vcall(T *self, PyObject *const *args, size_t nargsf, PyObject *kwnames); \
+    static PyObject *T##_new(PyTypeObject *type, PyObject *args, PyObject *kw) { \
+        T *self = (T *)type->tp_alloc(type, 0); \
+        if (self) self->vc = (vectorcallfunc)T##_vcall; \
+        return (PyObject *)self; \
+    }
+
+#define STEADY_TYPE(T, flags, doc, ...) \
+    static PyTypeObject T##Type = { \
+        PyVarObject_HEAD_INIT(NULL, 0) \
+        .tp_name = "cudnn_compat._backend._steady." #T, \
+        .tp_basicsize = sizeof(T), \
+        .tp_dealloc = (destructor)T##_dealloc, \
+        .tp_vectorcall_offset = offsetof(T, vc), \
+        .tp_call = vc_call, \
+        .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC | (flags), \
+        .tp_traverse = (traverseproc)T##_traverse, \
+        .tp_clear = (inquiry)T##_clear, \
+        .tp_doc = doc, \
+        .tp_init = (initproc)T##_init, \
+        .tp_new = T##_new, \
+        __VA_ARGS__ \
+    };
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Values                                                                                         */
@@ -96,13 +126,7 @@ static void Values_dealloc(Values *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Values_vcall(Values *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
-
-static PyObject *Values_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    Values *self = (Values *)type->tp_alloc(type, 0);
-    if (self) self->vc = (vectorcallfunc)Values_vcall;
-    return (PyObject *)self;
-}
+STEADY_NEW(Values)
 
 static int Values_init(Values *self, PyObject *args, PyObject *kw) {
     PyObject *entries, *order, *nd;
@@ -273,29 +297,12 @@ out:
     return result;
 }
 
-static PyObject *Values_call(Values *self, PyObject *args, PyObject *kw) {
-    return PyVectorcall_Call((PyObject *)self, args, kw);
-}
-
 static PyObject *Values_spec(Values *self, void *closure) { PyObject *r = self->spec ? self->spec : Py_None; Py_INCREF(r); return r; }
 
 static PyGetSetDef Values_getset[] = {{"spec", (getter)Values_spec, NULL, "(entries, order) as given", NULL}, {NULL}};
 
-static PyTypeObject ValuesType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cudnn_compat._backend._steady.Values",
-    .tp_basicsize = sizeof(Values),
-    .tp_dealloc = (destructor)Values_dealloc,
-    .tp_vectorcall_offset = offsetof(Values, vc),
-    .tp_call = (ternaryfunc)Values_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)Values_traverse,
-    .tp_clear = (inquiry)Values_clear,
-    .tp_doc = "Values(entries, order, nd, pointer_min): a plan's values binder (module docstring)",
-    .tp_init = (initproc)Values_init,
-    .tp_new = Values_new,
-    .tp_getset = Values_getset,
-};
+STEADY_TYPE(Values, 0, "Values(entries, order, nd, pointer_min): a plan's values binder (module docstring)",
+            .tp_getset = Values_getset)
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Launcher                                                                                       */
@@ -308,7 +315,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *records, *cur, *counter, *direct, *env, *key, *overrides, *fallback, *lock, *error, *locked;
+    vectorcallfunc vc;
+    PyObject *records, *cur, *counter, *direct, *env, *key, *overrides, *fallback, *error, *locked;
     int table_always;
     Py_ssize_t nslots, nalign, nguards;
     Py_ssize_t *slot_idx;
@@ -320,7 +328,6 @@ typedef struct {
     /* the last record used: its tuple (held), buffer address and launches */
     PyObject *last;
     char *buf;
-    Py_ssize_t buflen;
     Launch *launches;
     Py_ssize_t nlaunch;
     PyObject *n_obj;
@@ -330,12 +337,12 @@ static void Launcher_clear_last(Launcher *self) {
     Py_CLEAR(self->last);
     Py_CLEAR(self->n_obj);
     PyMem_Free(self->launches);
-    self->launches = NULL; self->nlaunch = 0; self->buf = NULL; self->buflen = 0;
+    self->launches = NULL; self->nlaunch = 0; self->buf = NULL;
 }
 
 static int Launcher_traverse(Launcher *self, visitproc visit, void *arg) {
     Py_VISIT(self->records); Py_VISIT(self->cur); Py_VISIT(self->counter); Py_VISIT(self->direct); Py_VISIT(self->env);
-    Py_VISIT(self->key); Py_VISIT(self->overrides); Py_VISIT(self->fallback); Py_VISIT(self->lock); Py_VISIT(self->error);
+    Py_VISIT(self->key); Py_VISIT(self->overrides); Py_VISIT(self->fallback); Py_VISIT(self->error);
     Py_VISIT(self->locked); Py_VISIT(self->last); Py_VISIT(self->n_obj);
     return 0;
 }
@@ -343,7 +350,7 @@ static int Launcher_traverse(Launcher *self, visitproc visit, void *arg) {
 static int Launcher_clear(Launcher *self) {  /* the fallback closure refers back to its FastPath: a cycle */
     Launcher_clear_last(self);
     Py_CLEAR(self->records); Py_CLEAR(self->cur); Py_CLEAR(self->counter); Py_CLEAR(self->direct); Py_CLEAR(self->env);
-    Py_CLEAR(self->key); Py_CLEAR(self->overrides); Py_CLEAR(self->fallback); Py_CLEAR(self->lock); Py_CLEAR(self->error);
+    Py_CLEAR(self->key); Py_CLEAR(self->overrides); Py_CLEAR(self->fallback); Py_CLEAR(self->error);
     Py_CLEAR(self->locked);
     return 0;
 }
@@ -402,9 +409,9 @@ static int Launcher_init(Launcher *self, PyObject *args, PyObject *kw) {
     self->launch = (launch_fn)(uintptr_t)addr;
 #define KEEP(field, v) do { Py_INCREF(v); self->field = v; } while (0)
     KEEP(records, records); KEEP(cur, cur); KEEP(counter, counter); KEEP(direct, direct); KEEP(env, env);
-    KEEP(key, key); KEEP(overrides, ov); KEEP(fallback, fallback); KEEP(lock, lock); KEEP(error, error);
+    KEEP(key, key); KEEP(overrides, ov); KEEP(fallback, fallback); KEEP(error, error);
 #undef KEEP
-    self->locked = PyObject_GetAttrString(lock, "locked");
+    self->locked = PyObject_GetAttrString(lock, "locked");  /* the plan lock's test: all the launcher needs of it */
     return self->locked ? 0 : -1;
 }
 
@@ -445,7 +452,7 @@ static int Launcher_adopt(Launcher *self, PyObject *rec) {
     self->last = rec;
     self->n_obj = PyTuple_GET_ITEM(rec, 2);
     Py_INCREF(self->n_obj);
-    self->buf = buf; self->buflen = len; self->launches = ls; self->nlaunch = n;
+    self->buf = buf; self->launches = ls; self->nlaunch = n;
     return 0;
 }
 
@@ -583,34 +590,9 @@ release:
     return result;
 }
 
-static PyObject *Launcher_call(Launcher *self, PyObject *args, PyObject *kw) {
-    return PyVectorcall_Call((PyObject *)self, args, kw);
-}
+STEADY_NEW(Launcher)
 
-static PyTypeObject LauncherType;
-
-static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    Launcher *self = (Launcher *)type->tp_alloc(type, 0);
-    if (self) *(vectorcallfunc *)((char *)self + type->tp_vectorcall_offset) = (vectorcallfunc)Launcher_vcall;
-    return (PyObject *)self;
-}
-
-typedef struct { Launcher base; vectorcallfunc vc; } LauncherWithVC;
-
-static PyTypeObject LauncherType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cudnn_compat._backend._steady.Launcher",
-    .tp_basicsize = sizeof(LauncherWithVC),
-    .tp_dealloc = (destructor)Launcher_dealloc,
-    .tp_vectorcall_offset = offsetof(LauncherWithVC, vc),
-    .tp_call = (ternaryfunc)Launcher_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)Launcher_traverse,
-    .tp_clear = (inquiry)Launcher_clear,
-    .tp_doc = "a cupy plan's record launcher (module docstring)",
-    .tp_init = (initproc)Launcher_init,
-    .tp_new = Launcher_new,
-};
+STEADY_TYPE(Launcher, 0, "a cupy plan's record launcher (module docstring)")
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Run                                                                                            */
@@ -653,13 +635,7 @@ static void Run_dealloc(Run *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
-
-static PyObject *Run_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    Run *self = (Run *)type->tp_alloc(type, 0);
-    if (self) self->vc = (vectorcallfunc)Run_vcall;
-    return (PyObject *)self;
-}
+STEADY_NEW(Run)
 
 static int Run_init(Run *self, PyObject *args, PyObject *kw) {
     PyObject *general, *hooks, *prepared, *by_value, *ov, *environ, *keys, *last, *hit, *touch, *failed, *nd;
@@ -855,29 +831,11 @@ general:
     return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
 }
 
-static PyObject *Run_call(Run *self, PyObject *args, PyObject *kw) {
-    return PyVectorcall_Call((PyObject *)self, args, kw);
-}
-
 static PyObject *Run_get_general(Run *self, void *closure) { Py_INCREF(self->general); return self->general; }
 
 static PyGetSetDef Run_getset[] = {{"general", (getter)Run_get_general, NULL, "the Python run", NULL}, {NULL}};
 
-static PyTypeObject RunType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cudnn_compat._backend._steady.Run",
-    .tp_basicsize = sizeof(Run),
-    .tp_dealloc = (destructor)Run_dealloc,
-    .tp_vectorcall_offset = offsetof(Run, vc),
-    .tp_call = (ternaryfunc)Run_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)Run_traverse,
-    .tp_clear = (inquiry)Run_clear,
-    .tp_doc = "the legacy layer's run with its steady path compiled (see _steady.c)",
-    .tp_init = (initproc)Run_init,
-    .tp_new = Run_new,
-    .tp_getset = Run_getset,
-};
+STEADY_TYPE(Run, 0, "the legacy layer's run with its steady path compiled (see _steady.c)", .tp_getset = Run_getset)
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Site                                                                                           */
@@ -946,13 +904,7 @@ static void Site_dealloc(Site *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Site_vcall(Site *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
-
-static PyObject *Site_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    Site *self = (Site *)type->tp_alloc(type, 0);
-    if (self) self->vc = (vectorcallfunc)Site_vcall;
-    return (PyObject *)self;
-}
+STEADY_NEW(Site)
 
 /* Site(general, hooks, epoch, nargs, key positions, fast tests ((pos, kind, lo, hi), ...), arm, run, maxsize) */
 static int Site_init(Site *self, PyObject *args, PyObject *kw) {
@@ -1239,10 +1191,6 @@ error:
     return NULL;
 }
 
-static PyObject *Site_call(Site *self, PyObject *args, PyObject *kw) {
-    return PyVectorcall_Call((PyObject *)self, args, kw);
-}
-
 static PyObject *Site_get_general(Site *self, void *closure) { Py_INCREF(self->general); return self->general; }
 static PyObject *Site_get_recipes(Site *self, void *closure) { Py_INCREF(self->recipes); return self->recipes; }
 
@@ -1258,24 +1206,9 @@ static PyGetSetDef Site_getset[] = {
     {NULL},
 };
 
-static PyTypeObject SiteType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cudnn_compat._backend._steady.Site",
-    .tp_basicsize = sizeof(Site),
-    .tp_dealloc = (destructor)Site_dealloc,
-    .tp_vectorcall_offset = offsetof(Site, vc),
-    .tp_call = (ternaryfunc)Site_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_traverse = (traverseproc)Site_traverse,
-    .tp_clear = (inquiry)Site_clear,
-    .tp_doc = "a legacy function made again from its call sites' steady recipes (see _steady.c)",
-    .tp_init = (initproc)Site_init,
-    .tp_new = Site_new,
-    .tp_getset = Site_getset,
-    .tp_descr_get = Site_descr_get,
-    .tp_dictoffset = offsetof(Site, dict),
-    .tp_weaklistoffset = offsetof(Site, weaklist),
-};
+STEADY_TYPE(Site, Py_TPFLAGS_METHOD_DESCRIPTOR, "a legacy function made again from its call sites' steady recipes (see _steady.c)",
+            .tp_getset = Site_getset, .tp_descr_get = Site_descr_get, .tp_dictoffset = offsetof(Site, dict),
+            .tp_weaklistoffset = offsetof(Site, weaklist))
 
 /* ---------------------------------------------------------------------------------------------- */
 /* the recording launch stub (tests): what a launch would have passed                             */
@@ -1337,8 +1270,7 @@ PyMODINIT_FUNC PyInit__steady(void) {
             || PyType_Ready(&SiteType) < 0) return NULL;
 #define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
     INTERN(S_dtype, "dtype"); INTERN(S_c, "_c_contiguous"); INTERN(S_f, "_f_contiguous"); INTERN(S_nbytes, "nbytes");
-    INTERN(S_data, "data"); INTERN(S_ptr, "ptr"); INTERN(S_acquire, "acquire"); INTERN(S_release, "release");
-    INTERN(S_get, "get"); INTERN(S_switch, "switch"); INTERN(S_place, "place"); INTERN(S_owner, "owner");
+    INTERN(S_data, "data"); INTERN(S_ptr, "ptr"); INTERN(S_switch, "switch"); INTERN(S_place, "place"); INTERN(S_owner, "owner");
     INTERN(S_device, "device"); INTERN(S_plan, "plan"); INTERN(S_retired, "retired"); INTERN(S_stream, "stream");
     INTERN(S_bind, "bind"); INTERN(S_via, "via_execute"); INTERN(S_launch, "launch"); INTERN(S_calls, "calls");
     INTERN(S_key, "key"); INTERN(S_wsize, "workspace_size"); INTERN(S_ws, "workspace"); INTERN(S_wss, "workspace_size");

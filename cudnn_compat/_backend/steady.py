@@ -1,11 +1,14 @@
 """The compiled steady path of a prepared call (issue 26 item 8): ``_steady.c``, an optional
 extension module built by setup.py, and what its objects need from the running process.
 
-Two objects there have a Python twin each, the same checks and launches in Python:
+Each object there has a Python twin, the same checks and launches in Python:
 
   ``_steady.Values``    the plan's values binder; twin: the source ``_core/fastbind.py`` generates
   ``_steady.Launcher``  a cupy plan's record launcher; twin: ``cupy_engine/records.FastPath.launcher``'s
                         closure (which it calls for what it does not do itself: the graph table)
+  ``_steady.Run``       ``_core.call.run``'s prepared-call part; twin: ``_core.call._run_py``
+  ``_steady.Site``      a legacy function replaying its call sites' steady recipes; twin: the Python
+                        wrapper itself (``_core/recipes.py``)
 
 ``module()`` is the extension, or None where it is not built or CUDNN_COMPAT_COMPILED=0: the twins
 run then.  The launch function is cuLaunchKernel's address in the driver library CuPy loaded
@@ -20,8 +23,9 @@ from . import config
 
 try:
     from . import _steady as _MODULE
-except ImportError:  # not built (no C compiler at install, or a plain checkout): the Python twins run
-    _MODULE = None
+    _NOT_BUILT = None
+except ImportError as _e:  # not built (no C compiler at install, or a plain checkout): the Python twins run
+    _MODULE, _NOT_BUILT = None, str(_e)
 
 _LAUNCH: list = [None]
 
@@ -31,6 +35,17 @@ def module():
     if _MODULE is None or not config.get("CUDNN_COMPAT_COMPILED"):
         return None
     return _MODULE
+
+
+def status() -> dict:
+    """{"built", "used", "reason"}: whether the extension is built and used, and why not (the doctor's
+    "compiled path" line)."""
+    if _MODULE is None:
+        return {"built": False, "used": False,
+                "reason": f"not built ({_NOT_BUILT}); the Python twins run (a C compiler at install builds it)"}
+    if module() is None:
+        return {"built": True, "used": False, "reason": "CUDNN_COMPAT_COMPILED=0: the Python twins run"}
+    return {"built": True, "used": True, "reason": None}
 
 
 def launch_address(launch) -> "int | None":

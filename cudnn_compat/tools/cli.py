@@ -271,15 +271,8 @@ def format_ops(r: dict) -> str:
 
 def _compiled() -> dict:
     """Whether the compiled steady path (``_backend/_steady.c``, README "Install") is built and used."""
-    from cudnn_compat._backend import config
-    try:
-        import cudnn_compat._backend._steady  # noqa: F401
-    except ImportError as e:
-        return {"built": False, "used": False,
-                "reason": f"not built ({e}); the Python twins run (a C compiler at install builds it)"}
-    if not config.get("CUDNN_COMPAT_COMPILED"):
-        return {"built": True, "used": False, "reason": "CUDNN_COMPAT_COMPILED=0: the Python twins run"}
-    return {"built": True, "used": True, "reason": None}
+    from cudnn_compat._backend import steady
+    return steady.status()
 
 
 def doctor_report() -> dict:
