@@ -27,7 +27,7 @@ import cudnn_compat as cc
 from cudnn_compat._backend import steady as _steady_mod
 from cudnn_compat.errors import CuDNNError
 from conftest import tdesc
-from test_host_path import CASES, _f32, assert_close
+from test_host_path import CASES, _f32, assert_close, emu, native_emu  # noqa: F401 (fixtures)
 
 SITE = getattr(_steady_mod._MODULE, "Site", None)
 pytestmark = pytest.mark.skipif(_steady_mod.module() is None, reason="the compiled steady path is not built")
@@ -40,35 +40,6 @@ WITH_RECIPE = ("cudnnActivationForward", "cudnnActivationBackward", "cudnnAddTen
                "cudnnPoolingForward", "cudnnPoolingBackward", "cudnnSoftmaxForward", "cudnnSoftmaxBackward",
                "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter",
                "cudnnConvolutionBiasActivationForward", "cudnnOpTensor", "cudnnReduceTensor")
-
-
-@pytest.fixture
-def emu():
-    import kernel_emu
-    why = kernel_emu.available()
-    if why:
-        pytest.skip(why)
-    import host_emu
-    from cudnn_compat._core import memo as _memo
-    cc.plan_cache_clear()
-    e = host_emu.Emu("emulate")
-    yield e
-    e.restore()
-    _memo.clear_all()
-    cc._core.call.clear_prepared()
-
-
-@pytest.fixture
-def native_emu():
-    import host_emu
-    from cudnn_compat._core import memo as _memo
-    cc.plan_cache_clear()
-    e = host_emu.Emu("noop", cudnn=True)
-    yield e
-    e.restore()
-    _memo.clear_all()
-    cc._core.call.clear_prepared()
-    cc.plan_cache_clear()
 
 
 def _wrapper_frames(fn) -> list:
