@@ -18,7 +18,7 @@ import pytest
 
 import cudnn_compat as cc
 from cudnn_compat._backend import dtypes
-from cudnn_compat._backend.engines.base import REGISTRY, EngineConfig, EngineDeclined
+from cudnn_compat._backend.engines.base import REGISTRY, EngineConfig
 from cudnn_compat._backend.engines.cudnn_engine import configs as cfgsel
 from cudnn_compat._backend.engines.cudnn_engine import lib as nlib
 from cudnn_compat._backend.engines.cudnn_engine.graph import Decline, candidates, translate
@@ -440,17 +440,13 @@ def test_cached_path_reuses_packs_lru_and_picks_subplans_by_scalars(fake_cudnn):
     assert ((0x1000, 0x2000, 0x3000), 0) in plan._packs
     assert len(_FakeDesc.destroyed) == len(packs()) - plan_mod.PACK_CACHE
     assert executes[-1][2] == packs()[0].ptr
-    # baked alpha/beta: a convolution's plan runs the values it was built with, (1, 1) here, in any
-    # numeric form, and declines other values before executing (the planner runs them elsewhere)
+    # baked alpha/beta: (1, 1) is the base plan, other values get (and then reuse) a sub-plan
     n = len(executes)
-    for a, b in ((2.0, 0.5), (np.float64(2.0), 0.5), (1.0, 0.0)):
-        with pytest.raises(EngineDeclined, match="the alpha/beta it was built with"):
-            plan.execute(_pack(0x1000, 0x2000, 0x3000, a, b), None)
-    assert len(executes) == n
+    plan.execute(_pack(0x1000, 0x2000, 0x3000, 2.0, 0.5), None)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000, np.float64(2.0), 0.5), None)
     plan.execute(_pack(0x1000, 0x2000, 0x3000, 1, 1), None)
-    plan.execute(_pack(0x1000, 0x2000, 0x3000, np.float32(1.0), 1.0), None)
-    assert executes[n][1] == executes[n + 1][1] == plan.base_ptr
-    assert len(plan._subplans) == 1
+    assert executes[n][1] == executes[n + 1][1] != plan.base_ptr and executes[n + 2][1] == plan.base_ptr
+    assert len(plan._subplans) == 2
     # a stream binds the native handle to it
     plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
     assert nlib._handles[77][1] == 0x5150
@@ -470,20 +466,18 @@ def test_cuda_graph_replay_captures_the_second_identical_call(fake_cudnn):
     for _ in range(3):
         plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
     assert len(executes) == 1 and len(rt.captured) == 1 and len(rt.launches) == 4
-    # other pointers, another stream: each its own graph, executed directly first (other scalars:
-    # declined, nothing executed or captured; a convolution's plan runs its baked alpha/beta only)
+    # other pointers, other scalars, another stream: each its own graph, executed directly first
     plan.execute(_pack(0x1000, 0x2000, 0x4000), None)
-    with pytest.raises(EngineDeclined):
-        plan.execute(_pack(0x1000, 0x2000, 0x3000, 2.0, 0.5), None)
+    plan.execute(_pack(0x1000, 0x2000, 0x3000, 2.0, 0.5), None)
     plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
-    assert len(executes) == 3 and len(rt.launches) == 4
+    assert len(executes) == 4 and len(rt.launches) == 4
     assert executes[-1][0] == 0xAB and nlib._handles[77][1] == 0x5150
     plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
     assert rt.launches[-1][1] == 0x5150 and len(rt.captured) == 2
     # a stream the caller is capturing itself: direct executes (they land in the caller's graph)
     rt.user_capturing.add(0x5150)
     plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
-    assert len(executes) == 4 and len(rt.launches) == 5
+    assert len(executes) == 5 and len(rt.launches) == 5
     execs = [g for g in plan._cuda_graphs.values() if g > 0]
     assert len(execs) == 2
     plan.release()
@@ -925,23 +919,17 @@ def test_cached_path_reuses_variant_packs_and_honours_the_stream(rng):
     s = cupy.cuda.Stream(non_blocking=True)
     for i in (0, 1, 0):
         y = ys[i]
-        plan.execute(VariantPack({1: x, 2: w, 3: y, 5003: y, ALPHA: 1.0, BETA: 1.0}), s)
+        plan.execute(VariantPack({1: x, 2: w, 3: y, 5003: y, ALPHA: 2.0, BETA: 0.5 if i == 0 else 0.25}), s)
     s.synchronize()
     assert len(plan._packs) == 2  # (pointers, workspace) -> one descriptor each, reused
-    # alpha/beta are baked into the native plan: other values decline before anything is written
-    # (libcudnn 9 ran one plan's baked values for another's: _add_subplan's docstring)
-    before = ys[0].get()
-    with pytest.raises(EngineDeclined):
-        plan.execute(VariantPack({1: x, 2: w, 3: ys[0], 5003: ys[0], ALPHA: 2.0, BETA: 0.5}), s)
-    s.synchronize()
-    assert np.array_equal(ys[0].get(), before) and len(plan._subplans) == 1
+    assert len(plan._subplans) == 3  # alpha/beta baked into native plans: (1,1), (2,.5), (2,.25)
     ref = REGISTRY.engines["reference"]
     rplan = ref.build(g, ref.configs(g, "cpu", "A")[0])
     xh, wh = x.get(), w.get()
-    for i, runs in ((0, 2), (1, 1)):
+    for i, beta_seq in ((0, (0.5, 0.5)), (1, (0.25,))):
         yr = priors[i].astype(np.float16)
-        for _ in range(runs):
-            rplan.execute(VariantPack({1: xh, 2: wh, 3: yr, 5003: yr, ALPHA: 1.0, BETA: 1.0}))
+        for b in beta_seq:
+            rplan.execute(VariantPack({1: xh, 2: wh, 3: yr, 5003: yr, ALPHA: 2.0, BETA: b}))
         _close(ys[i].get(), yr.astype(np.float64), "float16", f"stream run {i}")
     plan.release()
 

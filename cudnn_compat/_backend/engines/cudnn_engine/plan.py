@@ -382,16 +382,7 @@ class CudnnPlan(ExecutionPlan):
         return mem
 
     def _add_subplan(self, key):
-        """A native plan of the same engine config with other scalar values baked in.  Not for a
-        convolution's blend (``conv_blend``: alpha/beta baked into the conv op): such a plan runs
-        the values it was built with (1 and 0, or 1 and 1: the common calls) and declines others, so
-        the planner runs them on the next engine.  libcudnn 9 (H200, engine 28 of a small float32
-        forward) gave every native plan of one convolution the numbers of the alpha/beta first
-        executed in the process: a plan with alpha 2 baked computed alpha 1 after an alpha-1 call,
-        and the alpha-1 plan alpha 2 after an alpha-2 call (tests/test_recipes.py's device test)."""
-        if self.spec.pattern == "conv_blend":
-            raise EngineDeclined("cudnn", f"alpha/beta {tuple(float(v) for v in key)}: a convolution's native plan "
-                                          f"runs the alpha/beta it was built with, {self._base_key}, only")
+        """A native plan of the same engine config with other scalar values baked in."""
         handle = _lib.handle_for(self.device, 0)
         try:
             ng = NativeGraph(self.spec, handle, key)
