@@ -437,7 +437,7 @@ def test_cached_path_reuses_packs_lru_and_picks_subplans_by_scalars(fake_cudnn):
         plan.execute(_pack(0x1000, 0x2000, 0x10000 + 0x100 * i), None)
         plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
     assert len(plan._packs) == plan_mod.PACK_CACHE
-    assert ((0x1000, 0x2000, 0x3000), 0) in plan._packs
+    assert ((1.0, 1.0), (0x1000, 0x2000, 0x3000), 0) in plan._packs  # (native plan's baked values, pointers, ws)
     assert len(_FakeDesc.destroyed) == len(packs()) - plan_mod.PACK_CACHE
     assert executes[-1][2] == packs()[0].ptr
     # baked alpha/beta: (1, 1) is the base plan, other values get (and then reuse) a sub-plan
@@ -447,6 +447,14 @@ def test_cached_path_reuses_packs_lru_and_picks_subplans_by_scalars(fake_cudnn):
     plan.execute(_pack(0x1000, 0x2000, 0x3000, 1, 1), None)
     assert executes[n][1] == executes[n + 1][1] != plan.base_ptr and executes[n + 2][1] == plan.base_ptr
     assert len(plan._subplans) == 2
+    # the class "a VARIANT_PACK executed with two native plans": libcudnn 9 then ran the first plan's
+    # alpha/beta for the second (H200, a small float32 forward: alpha 2 computed alpha 1), so a
+    # pack belongs to one native plan: the same pointers with other baked values get their own
+    plans_of = {}
+    for _h, plan_ptr, vp in executes:
+        plans_of.setdefault(vp, set()).add(plan_ptr)
+    assert all(len(p) == 1 for p in plans_of.values()), plans_of
+    assert executes[n][2] != executes[n + 2][2]  # same pointers, other native plan: another pack
     # a stream binds the native handle to it
     plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
     assert nlib._handles[77][1] == 0x5150

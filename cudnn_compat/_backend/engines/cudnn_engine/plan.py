@@ -157,7 +157,7 @@ class CudnnPlan(ExecutionPlan):
         self._scalar_at = tuple((at[src], slot) for src, slot, _ in self._binding if slot is not None)
         self._same_at = tuple((at[a], at[b]) for a, b in spec.same_memory)
         self._key_of = _baked_key([(None if uid is None else at[uid], default) for uid, default in self._baked])
-        self._packs: OrderedDict = OrderedDict()  # (data pointers, workspace) -> VARIANT_PACK pointer
+        self._packs: OrderedDict = OrderedDict()  # (native plan key, data pointers, workspace) -> VARIANT_PACK pointer
         self._pack_descs: dict = {}  # VARIANT_PACK pointer -> its Descriptor (destroyed on eviction)
         self._ws: dict = {}
         self._sub_owned: dict = {}  # key -> (NativeGraph, descriptors) of plans added per call
@@ -261,7 +261,10 @@ class CudnnPlan(ExecutionPlan):
                         return False
                     mem = self._scratch(sptr, need)
                 ws = mem.ptr
-        pkey = (values[:self._nptr], ws)
+        # one VARIANT_PACK per native plan (``key``: its baked scalars) and pointers: a pack once
+        # executed with one native plan of a convolution gave that plan's alpha/beta to the others
+        # it was executed with (libcudnn 9, H200: alpha 2 computed alpha 1 after an alpha-1 call)
+        pkey = (key, values[:self._nptr], ws)
         with self._lock:
             if self._released:
                 return False
@@ -350,7 +353,7 @@ class CudnnPlan(ExecutionPlan):
 
     def _make_pack(self, pkey) -> int:
         """A finalized VARIANT_PACK for (data pointers, workspace), cached; checks alignment."""
-        ptrs, ws = pkey
+        _key, ptrs, ws = pkey
         for src, p in zip(self._data_srcs, ptrs):
             if p % ALIGNMENT:
                 raise EngineDeclined("cudnn", f"buffer of tensor {src} at {p:#x} is not {ALIGNMENT}-byte aligned")
