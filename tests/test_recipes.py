@@ -248,6 +248,8 @@ def test_calls_the_recipe_cannot_make_go_the_python_way(rng, case):
     assert type(site) is SITE
     assert any(r[1] is not None for r in site.recipes.values()), "armed"
     names = {id(v): k for k, v in work.items()}
+    held = list(site.recipes.values())  # what every path below meets: no reference may stay behind
+    counts = [sys.getrefcount(r) for r in held]
     for label, margs, kwargs in _mutations(c_name, args, site.general):
         results = []
         for fn in (site, site.general):
@@ -258,6 +260,11 @@ def test_calls_the_recipe_cannot_make_go_the_python_way(rng, case):
             _same(*results)
         except AssertionError as e:
             raise AssertionError(f"{case}: {label}: {e}") from None
+    assert [sys.getrefcount(r) for r in held] == counts, "a reference to a recipe leaked"
+    handles = [sys.getrefcount(r[1]) for r in held]  # (the Python path's caches may hold the handle once more)
+    for _ in range(20):  # replayed calls
+        call(h, work, 1.0, 0.0)
+    assert [sys.getrefcount(r[1]) for r in held] == handles, "a reference to the handle leaked"
 
 
 def test_a_stale_recipe_follows_the_new_settings(emu, rng):
@@ -300,6 +307,12 @@ def test_in_place_with_other_strides_has_no_recipe(rng):
             cc.cudnnActivationForward(h, ad, 1.0, xd, x, 0.0, yd, x)
     recipes = cc.cudnnActivationForward.recipes
     assert recipes and all(r[1] is None for k, r in recipes.items() if k[3] is yd)
+    # a call that meets such a site's entry holds no reference after it (each call had leaked one)
+    (r,) = [r for k, r in recipes.items() if k[3] is yd]
+    before = sys.getrefcount(r)
+    for _ in range(50):
+        cc.cudnnActivationForward(h, ad, 1.0, xd, x, 0.0, yd, y)
+    assert sys.getrefcount(r) == before
 
 
 def test_a_trace_sees_replayable_calls(tmp_path, rng):

@@ -1158,7 +1158,7 @@ static PyObject *Site_vcall(Site *self, PyObject *const *args, size_t nargsf, Py
         Py_CLEAR(recipe);
         goto general_arm;
     }
-    if (PyTuple_GET_ITEM(recipe, 1) == Py_None) { Py_CLEAR(ck); goto general; }
+    if (PyTuple_GET_ITEM(recipe, 1) == Py_None) { Py_CLEAR(recipe); Py_CLEAR(ck); goto general; }
     int t = replay(self, recipe, args);
     Py_CLEAR(recipe);
     if (t < 0) {  /* a check that failed (a CuDNNError, before anything is written): the Python path raises it
