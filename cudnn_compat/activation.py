@@ -242,7 +242,7 @@ def _fwd_site(handle, activationDesc, xDesc, x, yDesc, y):
 
 activationForward = steady(  # the recipe: no per-call check left when x and y have equal strides
     activationForward, _FWD_SITES, ("handle", "activationDesc", "xDesc", "yDesc"),
-    lambda h, d, xd, yd, m: Recipe(h, m[3], {"x": X, "y": Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",)) if m[2] else None)
+    lambda h, d, xd, yd, m: Recipe.blend(h, m[3], {"x": X, "y": Y}) if m[2] else None)
 
 
 def _in_place(a, b, ad, bd, an: str, bn: str, argname: str) -> None:
@@ -307,8 +307,7 @@ def _bwd_recipe(h, yd, dyd, xd, dxd, m):
     if not same_strides:
         return None
     src, other = (("y", Y), "x") if reads == "y" else (("x", X), "y")
-    return Recipe(h, keys, {"dy": DY, src[0]: src[1], "dx": DX}, {"alpha": ALPHA, "beta": BETA}, ("beta",),
-                  unread=(other,))
+    return Recipe.blend(h, keys, {"dy": DY, src[0]: src[1], "dx": DX}, unread=(other,))
 
 
 activationBackward = steady(activationBackward, _BWD_SITES,

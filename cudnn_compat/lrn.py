@@ -203,7 +203,7 @@ def _fwd_site(handle, normDesc, lrnMode, xDesc, x, yDesc, y):
 
 lrnCrossChannelForward = steady(
     lrnCrossChannelForward, _FWD_SITES, ("handle", "normDesc", "lrnMode", "xDesc", "yDesc"),
-    lambda h, ld, xd, yd, m: Recipe(h, m[1], {"x": X, "y": Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",)))
+    lambda h, ld, xd, yd, m: Recipe.blend(h, m[1], {"x": X, "y": Y}))
 
 
 @legacy("cudnnLRNCrossChannelBackward", cupy="LRNCrossChannelBackward")

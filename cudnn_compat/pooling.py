@@ -239,7 +239,7 @@ def _fwd_site(handle, poolingDesc, xDesc, yDesc):
 
 
 poolingForward = steady(poolingForward, _FWD_SITES, ("handle", "poolingDesc", "xDesc", "yDesc"),
-                        lambda h, pd, xd, yd, m: Recipe(h, m[1], {"x": X, "y": Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",)))
+                        lambda h, pd, xd, yd, m: Recipe.blend(h, m[1], {"x": X, "y": Y}))
 
 
 def _innermost_unit_stride(d) -> bool:
@@ -290,7 +290,7 @@ def _bwd_site(handle, poolingDesc, yDesc, dyDesc, xDesc, dxDesc):
 
 poolingBackward = steady(
     poolingBackward, _BWD_SITES, ("handle", "poolingDesc", "yDesc", "dyDesc", "xDesc", "dxDesc"),
-    lambda h, pd, yd, dyd, xd, dxd, m: Recipe(h, m[1], {"y": Y, "dy": DY, "x": X, "dx": DX}, {"alpha": ALPHA, "beta": BETA}, ("beta",)))
+    lambda h, pd, yd, dyd, xd, dxd, m: Recipe.blend(h, m[1], {"y": Y, "dy": DY, "x": X, "dx": DX}))
 
 
 # CuPy 13 spelled the descriptor setters with cuDNN 5's _v4 suffix.

@@ -244,8 +244,8 @@ def _reduce_recipe(h, rd, ad, cd, m):
     if need is not None:
         return None
     tensors = {"A": A_UID, "C": C_UID, **({"indices": I_UID} if with_indices else {})}
-    return Recipe(h, tuple(key for key, _build in plans), tensors, {"alpha": ALPHA, "beta": BETA}, ("beta",),
-                  workspace=("workspace", "workspaceSizeInBytes", True))
+    return Recipe.blend(h, tuple(key for key, _build in plans), tensors,
+                        workspace=("workspace", "workspaceSizeInBytes", True))
 
 
 reduceTensor = steady(reduceTensor, _REDUCE_SITES, ("handle", "reduceTensorDesc", "aDesc", "cDesc"), _reduce_recipe)

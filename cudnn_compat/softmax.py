@@ -95,7 +95,7 @@ def _fwd_site(handle, algorithm, mode, xDesc, x, yDesc, y):
 
 softmaxForward = steady(  # the recipe: no per-call check left when the in-place pair has equal strides
     softmaxForward, _FWD_SITES, ("handle", "algorithm", "mode", "xDesc", "yDesc"),
-    lambda h, xd, yd, m: Recipe(h, m[3], {"x": X, "y": Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",)) if m[2] else None)
+    lambda h, xd, yd, m: Recipe.blend(h, m[3], {"x": X, "y": Y}) if m[2] else None)
 
 
 @legacy("cudnnSoftmaxBackward")
@@ -142,4 +142,4 @@ def _bwd_site(handle, algorithm, mode, yDesc, dyDesc, dy, dxDesc, dx):
 
 softmaxBackward = steady(  # the recipe: no per-call check left when the in-place pair has equal strides
     softmaxBackward, _BWD_SITES, ("handle", "algorithm", "mode", "yDesc", "dyDesc", "dxDesc"),
-    lambda h, yd, dyd, dxd, m: Recipe(h, m[3], {"y": Y, "dy": DY, "dx": DX}, {"alpha": ALPHA, "beta": BETA}, ("beta",)) if m[2] else None)
+    lambda h, yd, dyd, dxd, m: Recipe.blend(h, m[3], {"y": Y, "dy": DY, "dx": DX}) if m[2] else None)

@@ -55,8 +55,8 @@ def _add_site(handle, aDesc, cDesc):
     return h, ad, cd, m
 
 
-addTensor = steady(addTensor, _ADD_SITES, ("handle", "aDesc", "cDesc"), lambda h, ad, cd, m: Recipe(
-    h, m[1], {"A_data": (A, "A"), "C_data": (C, "C")}, {"alpha": ALPHA, "beta": BETA}, ("beta",)))
+addTensor = steady(addTensor, _ADD_SITES, ("handle", "aDesc", "cDesc"),
+                   lambda h, ad, cd, m: Recipe.blend(h, m[1], {"A_data": (A, "A"), "C_data": (C, "C")}))
 
 
 @legacy("cudnnSetTensor")

@@ -36,6 +36,7 @@ from . import registry
 from .call import run as _run
 from .data import _CUPY_NDARRAY
 from .descriptor import EPOCH
+from .uids import ALPHA, BETA
 
 MAXSIZE = 512  # recipes per function (a full table is cleared)
 
@@ -65,6 +66,12 @@ class Recipe:
         self.keys = keys if betas else (keys,)
         self.bounds, self.unread, self.workspace = bounds or {}, unread, workspace
         self.constants, self.distinct = constants or {}, distinct
+
+    @classmethod
+    def blend(cls, handle, keys, tensors: dict, **kw) -> "Recipe":
+        """The recipe of a call whose output blend is y = alpha*result + beta*y (``_core.call.blend``):
+        alpha and beta its scalars, beta == 0 picking the key (``keys``: beta != 0, beta == 0)."""
+        return cls(handle, keys, tensors, {"alpha": ALPHA, "beta": BETA}, ("beta",), **kw)
 
     def compiled(self, stamp, pos: dict) -> tuple:
         """The tuple ``_steady.Site`` replays (its docstring), parameter names made positions."""

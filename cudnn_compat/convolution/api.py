@@ -295,9 +295,10 @@ def convolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, alg
 def _steady(wrapper, dr: Direction):
     """``wrapper`` with the recipe of ``_compute``'s call site for direction ``dr``."""
     x, w, y = dr.datas
-    return steady(wrapper, _SITES, ("handle",) + dr.descs + ("convDesc", "algo"), lambda h, xd, wd, yd, cd, dbl, keys: Recipe(
-        h, keys, {x: X, w: W, y: Y}, {"alpha": ALPHA, "beta": BETA}, ("beta",),
-        workspace=("workSpace", "workSpaceSizeInBytes")), site_key=lambda k: (k[0], dr.kind) + k[1:])
+    return steady(wrapper, _SITES, ("handle",) + dr.descs + ("convDesc", "algo"),
+                  lambda h, xd, wd, yd, cd, dbl, keys: Recipe.blend(h, keys, {x: X, w: W, y: Y},
+                                                                    workspace=("workSpace", "workSpaceSizeInBytes")),
+                  site_key=lambda k: (k[0], dr.kind) + k[1:])
 
 
 convolutionForward = _steady(convolutionForward, FWD)

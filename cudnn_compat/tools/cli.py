@@ -269,15 +269,9 @@ def format_ops(r: dict) -> str:
     return "\n".join(lines)
 
 
-def _compiled() -> dict:
-    """Whether the compiled steady path (``_backend/_steady.c``, README "Install") is built and used."""
-    from cudnn_compat._backend import steady
-    return steady.status()
-
-
 def doctor_report() -> dict:
     import cudnn_compat as cc
-    from cudnn_compat._backend import config
+    from cudnn_compat._backend import config, steady
     from .._core.place import default_place
     numpy_v, numpy_why = _version_of("numpy")
     cupy_v, cupy_why = _version_of("cupy")
@@ -296,7 +290,7 @@ def doctor_report() -> dict:
         "CUDNN_COMPAT_ENGINE": config.setting("CUDNN_COMPAT_ENGINE").raw,
         "libcudnn": _libcudnn(),
         "legacy_functions": len(cc.LEGACY),
-        "compiled": _compiled(),
+        "compiled": steady.status(),  # the compiled steady path (README "Install"): built, used, why not
         "reported_version": cc.cudnnGetVersion(),
         "engines": _engines(),
         "configuration": _configuration(),

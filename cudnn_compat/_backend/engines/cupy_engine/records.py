@@ -353,5 +353,5 @@ class FastPath:
         # the compiled launcher (_backend/_steady.c): the same record path; the closure above is its
         # twin and its fallback (the graph table, the lock held by another thread)
         slots = tuple((i, c) for i, (_u, c) in zip(pack_idx, self.layout.vars))
-        return compiled.Launcher(recs, slots, align, guards, getattr(cur, "stream", cur), counter, direct, genv, gkey, gov, table_always,
-                                 launch, lock, address, runtime.cupy().cuda.driver.CUDADriverError)
+        return compiled.Launcher(recs, slots, align, guards, getattr(cur, "stream", cur), counter, direct, genv, gkey,
+                                 gov, table_always, launch, lock, address, runtime.cupy().cuda.driver.CUDADriverError)
