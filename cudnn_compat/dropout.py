@@ -28,6 +28,7 @@ from ._core.call import run
 from ._core.data import _CUPY_NDARRAY, preflight
 from ._core.lifecycle import pair
 from ._core.memo import Memo, call_site
+from ._core.recipes import Bound, Recipe, steady
 from ._core.descriptor import Descriptor, resolve
 from ._core.registry import CUPY_NAMES, legacy
 from .errors import CUDNN_STATUS_INVALID_VALUE, bad_param, check, not_supported  # noqa: F401
@@ -307,9 +308,42 @@ def dropoutForward(handle, dropoutDesc, xDesc, x, yDesc, y, reserveSpace, reserv
     _run_masked(h, "DropoutForward", d, xd, x, "x", yd, y, "y", reserveSpace, reserveSpaceSizeInBytes, True)
 
 
+def _masked_recipe(name: str, an: str, bn: str):
+    """The steady recipe (``_core.recipes``) of dropout forward (``name``) or backward on the GPU
+    place: the masked entry's graph bound as ``_run_masked``'s device-pointer branch binds it (the
+    data as given, reserve space and the descriptor's states as addresses); none when that branch
+    would not run (the CPU place, states that are not a contiguous CuPy array) or when an in-place
+    call would need a per-call stride check."""
+    def recipe(h, d, ad, bd, _):
+        nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else None
+        states = d.states
+        if h.place != "gpu" or type(states) is not nd or not (states._c_contiguous or states._f_contiguous) \
+                or states.nbytes < STATES_SIZE:
+            return None
+        m = _MASKED.get((name, id(d._key or d.key()), id(ad._key or ad.key()), id(bd._key or bd.key())))
+        if m is None:
+            m = _MASKED.canonical((name,), (d, ad, bd))[1]
+        if m is None or not m[5]:  # not yet made; in place with other strides: the Python path checks
+            return None
+        _dims, need, key, bound, _graph, _same, scale, _prog, _uid = m
+        buffers = {an: (an, None, None, None), bn: (bn, None, None, None),
+                   "reserveSpace": ("reserveSpace", None, need, None), "states": (None, states, STATES_SIZE, None)}
+        return Recipe.of_bound(h, Bound(buffers, ((key, bound, {"scale": scale}),),
+                                        minimum={"reserveSpaceSizeInBytes": need}))
+    return recipe
+
+
+dropoutForward = steady(dropoutForward, _FWD_SITES, ("handle", "dropoutDesc", "xDesc", "yDesc"),
+                        _masked_recipe("DropoutForward", "x", "y"))
+
+
 @legacy("cudnnDropoutBackward")
 def dropoutBackward(handle, dropoutDesc, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes) -> None:
     """Dropout backward: dx from dy and the mask saved in reserveSpace (002 §4.1.7)."""
     h, d, dyd, dxd, _ = _BWD_SITE((handle, dropoutDesc, dyDesc, dxDesc), handle, dropoutDesc, dyDesc, "dyDesc",
                                   dxDesc, "dxDesc")
     _run_masked(h, "DropoutBackward", d, dyd, dy, "dy", dxd, dx, "dx", reserveSpace, reserveSpaceSizeInBytes, False)
+
+
+dropoutBackward = steady(dropoutBackward, _BWD_SITES, ("handle", "dropoutDesc", "dyDesc", "dxDesc"),
+                         _masked_recipe("DropoutBackward", "dy", "dx"))

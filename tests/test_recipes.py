@@ -39,7 +39,8 @@ WITH_RECIPE = ("cudnnActivationForward", "cudnnActivationBackward", "cudnnAddTen
                "cudnnBatchNormalizationForwardInference", "cudnnBatchNormalizationBackward", "cudnnLRNCrossChannelForward",
                "cudnnPoolingForward", "cudnnPoolingBackward", "cudnnSoftmaxForward", "cudnnSoftmaxBackward",
                "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter",
-               "cudnnConvolutionBiasActivationForward", "cudnnOpTensor", "cudnnReduceTensor")
+               "cudnnConvolutionBiasActivationForward", "cudnnOpTensor", "cudnnReduceTensor", "cudnnDropoutForward",
+               "cudnnDropoutBackward", "cudnnRNNForward")
 
 
 def _wrapper_frames(fn) -> list:
@@ -405,3 +406,205 @@ def test_gpu_replayed_calls_give_the_reference_numbers(case, rng):
         call(h, dev, 1.0, 0.0)
     cupy.cuda.get_current_stream().synchronize()
     assert not _wrapper_frames(lambda: call(h, dev, 1.0, 0.0)), f"{case}: not replayed"
+
+
+# -- bound recipes (graphs at byte offsets in the buffers): dropout forward/backward, RNNForward ------------
+
+def _dropout_calls(h, b, S):
+    """Dropout forward and backward on ``b`` (x, y, res, dy, dx, states), the descriptor given the
+    states once (a restore per call would change the settings every call)."""
+    d = tdesc(S)
+    res = cc.cudnnDropoutGetReserveSpaceSize(d)
+    dd = cc.cudnnCreateDropoutDescriptor()
+    cc.cudnnRestoreDropoutDescriptor(dd, h, 0.5, b["states"], 64, 0)
+    return {"fwd": lambda bb=b: cc.cudnnDropoutForward(h, dd, d, bb["x"], d, bb["y"], bb["res"], res),
+            "bwd": lambda bb=b: cc.cudnnDropoutBackward(h, dd, d, bb["dy"], d, bb["dx"], bb["res"], res)}
+
+
+def _dropout_buffers(rng, S=(2, 3, 4, 5)):
+    n = int(np.prod(S))
+    states = np.zeros(64, np.uint8)
+    states[:16] = np.array([1234, 0, 0, 0], "<i4").view(np.uint8)
+    res = cc.cudnnDropoutGetReserveSpaceSize(tdesc(S))
+    return S, {"x": rng.standard_normal(S).astype(np.float32), "y": np.zeros(S, np.float32),
+               "res": np.zeros(res, np.uint8), "dy": rng.standard_normal(S).astype(np.float32),
+               "dx": np.zeros(S, np.float32), "states": states, "n": n}
+
+
+def test_dropout_replays_with_the_reference_masks(emu, rng):
+    """Forward then backward, call after call on one descriptor (the states advance on both sides):
+    y, the mask, dx and the states equal the CPU reference engine's; from the fourth call on neither
+    function runs its Python wrapper."""
+    import host_emu
+    S, host = _dropout_buffers(rng)
+    host.pop("n")
+    ref = {k: v.copy() for k, v in host.items()}
+    calls_ref = _dropout_calls(cc.cudnnCreate("cpu"), ref, S)
+    dev = {k: host_emu.EmuArray(v) for k, v in host.items()}
+    calls = _dropout_calls(emu.handle(), dev, S)
+    for i in range(6):
+        for which in ("fwd", "bwd"):
+            calls_ref[which]()
+            calls[which]()
+        for k in ("y", "res", "dx", "states"):
+            np.testing.assert_array_equal(host[k], ref[k], err_msg=f"call {i}: {k}")
+        assert host["res"].any() and not host["res"].all()
+    for which in ("fwd", "bwd"):
+        calls_ref[which]()
+        assert not _wrapper_frames(calls[which]), f"dropout {which}: the call ran its Python wrapper"
+    for k in ("y", "res", "dx", "states"):
+        np.testing.assert_array_equal(host[k], ref[k], err_msg=f"the replayed calls: {k}")
+
+
+def _bound_mutations(args: tuple, params: list, to_dev, to_host) -> list:
+    """(label, args) forms of a bound recipe's call that it hands to the Python path: NULL, foreign,
+    typed-wrong, too small or strided buffers, sizes of other types or too small, another count.
+    ``to_dev``/``to_host``: a NumPy array to the place's device array type and back."""
+    out = [("one argument short", args[:-1]), ("one argument more", args + (0,))]
+    dev_type = type(to_dev(np.zeros(1, np.float32)))
+    for i, (p, a) in enumerate(zip(params, args)):
+        if type(a) is dev_type:
+            h = to_host(a)
+            small = to_dev(h.reshape(-1)[:1].copy())
+            strided = to_dev(np.repeat(h.reshape(-1), 2))[::2]
+            for label, v in (("None", None), ("0", 0), ("one element", small),  # (a host array: no emulated copy)
+                             ("strided", strided), ("float64", to_dev(h.astype(np.float64))),
+                             ("a list", [1.0])):
+                out.append((f"{p} {label}", args[:i] + (v,) + args[i + 1:]))
+        elif type(a) is int and "Size" in p:
+            for label, v in (("short by one", a - 1), ("np.int64", np.int64(a)), ("float", float(a)), ("None", None),
+                             ("huge", 2 ** 70)):
+                out.append((f"{p} {label}", args[:i] + (v,) + args[i + 1:]))
+    return out
+
+
+def test_dropout_calls_the_recipe_cannot_make_go_the_python_way(emu, rng):
+    """The class test for a bound recipe, on the emulated GPU place: each mutated form of an armed
+    dropout call through the compiled function and through its Python wrapper, from the same buffer
+    contents: the same outputs (states included) or the same error, status and message."""
+    import host_emu
+    S, host = _dropout_buffers(rng)
+    host.pop("n")
+    base = {k: v.copy() for k, v in host.items()}
+    dev = {k: host_emu.EmuArray(v) for k, v in host.items()}
+    calls = _dropout_calls(emu.handle(), dev, S)
+    for which in ("fwd", "bwd"):
+        for _ in range(4):
+            calls[which]()
+        c_name, args = _Capture(lambda *_: calls[which]()).args(None, None, None, None)
+        site = cc.LEGACY[c_name]
+        assert any(r[1] is not None for r in site.recipes.values()), "armed"
+        import inspect
+        params = list(inspect.signature(site.general).parameters)
+        for label, margs in _bound_mutations(args, params, host_emu.EmuArray, lambda a: a.host):
+            results = []
+            for fn in (site, site.general):
+                for k, v in base.items():
+                    host[k][...] = v
+                results.append(_outcome(fn, margs, {}, {k: host[k] for k in ("y", "res", "dx", "states")}))
+            try:
+                _same(*results)
+            except AssertionError as e:
+                raise AssertionError(f"dropout {which}: {label}: {e}") from None
+
+
+# RNNForward's bound recipe: its stages (projection, recurrence per layer) run from C on the device
+RNN_CASES = {  # mode, layers, bidirectional, training, dropout, the state buffers given
+    "lstm_inference": ("LSTM", 1, False, False, 0.0, ("hx", "hy", "cx", "cy")),
+    "gru_bidir_training_dropout": ("GRU", 2, True, True, 0.3, ("hy",)),
+    "lstm_two_layers_training": ("LSTM", 2, False, True, 0.0, ("hx", "hy")),
+}
+
+
+def _rnn(h, xp, case: str, host: dict):
+    """An RNNForward call of ``case`` on handle ``h``: (call, buffers on the place (xp), outputs);
+    ``host`` (filled on the first use) keeps the inputs, so every place gets the same numbers."""
+    mode, L, bidir, training, p, given = RNN_CASES[case]
+    T, B, I, H = 3, 2, 4, 5
+    D = 2 if bidir else 1
+    F32 = cc.CUDNN_DATA_FLOAT
+    dd = cc.cudnnCreateDropoutDescriptor()
+    nst = cc.cudnnDropoutGetStatesSize(h)
+    states = xp.zeros(nst, np.uint8)
+    cc.cudnnSetDropoutDescriptor(dd, h, p, states if p else None, nst if p else 0, 777)
+    rd = cc.cudnnCreateRNNDescriptor()
+    cc.cudnnSetRNNDescriptor_v8(rd, cc.CUDNN_RNN_ALGO_STANDARD, getattr(cc, f"CUDNN_{mode}"), cc.CUDNN_RNN_DOUBLE_BIAS,
+                                cc.CUDNN_BIDIRECTIONAL if bidir else cc.CUDNN_UNIDIRECTIONAL, cc.CUDNN_LINEAR_INPUT,
+                                F32, F32, cc.CUDNN_FMA_MATH, I, H, H, L, dd, cc.CUDNN_RNN_PADDED_IO_ENABLED)  # no TF32
+    xd, yd = cc.cudnnCreateRNNDataDescriptor(), cc.cudnnCreateRNNDataDescriptor()
+    cc.cudnnSetRNNDataDescriptor(xd, F32, cc.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, T, B, I, [T, 2], None)
+    cc.cudnnSetRNNDataDescriptor(yd, F32, cc.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, T, B, D * H, [T, 2], None)
+    hd = tdesc((L * D, B, H))
+    fmode = cc.CUDNN_FWD_MODE_TRAINING if training else cc.CUDNN_FWD_MODE_INFERENCE
+    wsz = cc.cudnnGetRNNWeightSpaceSize(h, rd)
+    wss, rss = cc.cudnnGetRNNTempSpaceSizes(h, rd, fmode, xd)
+    if not host:
+        r = np.random.default_rng(5)
+        host.update(x=r.standard_normal(T * B * I).astype(np.float32), w=(r.standard_normal(wsz // 4) * 0.3).astype(np.float32),
+                    hx=r.standard_normal(L * D * B * H).astype(np.float32), cx=r.standard_normal(L * D * B * H).astype(np.float32))
+    b = {k: xp.asarray(v) for k, v in host.items()}
+    b.update(y=xp.zeros(T * B * D * H, np.float32), hy=xp.zeros(L * D * B * H, np.float32),
+             cy=xp.zeros(L * D * B * H, np.float32), ws=xp.zeros(max(wss, 1), np.uint8), rs=xp.zeros(max(rss, 1), np.uint8),
+             seq=xp.asarray(np.array([T, 2], np.int32)), states=states)  # (the descriptor's: reset with the rest)
+    state = {k: (b[k] if k in given else None) for k in ("hx", "hy", "cx", "cy")}
+    cd = hd if mode == "LSTM" else None
+
+    def call(bb=b):
+        cc.cudnnRNNForward(h, rd, fmode, bb["seq"], xd, bb["x"], yd, bb["y"], hd, state["hx"] if "hx" in given else None,
+                           bb["hy"] if "hy" in given else None, cd, bb["cx"] if "cx" in given and cd else None,
+                           bb["cy"] if "cy" in given and cd else None, wsz, bb["w"], wss, bb["ws"], rss if training else 0,
+                           bb["rs"] if training else None)
+    return call, b, ["y"] + [k for k in ("hy", "cy") if k in given and (k == "hy" or cd)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(RNN_CASES))
+def test_gpu_rnn_forward_replays_with_the_reference_numbers(case):
+    """RNNForward call after call on the device against the CPU reference engine (dropout masks
+    advancing on both sides); from the fourth call on its Python wrapper does not run."""
+    import cupy
+    host: dict = {}
+    call_ref, ref, outs = _rnn(cc.cudnnCreate("cpu"), np, case, host)
+    call, dev, _ = _rnn(cc.cudnnCreate("gpu"), cupy, case, host)
+    for i in range(6):
+        call_ref()
+        call()
+        for k in outs:
+            np.testing.assert_allclose(cupy.asnumpy(dev[k]), ref[k], rtol=2e-4, atol=2e-5, err_msg=f"call {i}: {k}")
+    call_ref()
+    cupy.cuda.get_current_stream().synchronize()
+    assert not _wrapper_frames(call), f"{case}: not replayed"
+    for k in outs:
+        np.testing.assert_allclose(cupy.asnumpy(dev[k]), ref[k], rtol=2e-4, atol=2e-5, err_msg=f"replayed: {k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(RNN_CASES))
+def test_gpu_rnn_forward_calls_the_recipe_cannot_make_go_the_python_way(case):
+    """The class test of RNNForward's bound recipe on the device: each mutated form of an armed
+    call through the compiled function and through its Python wrapper, from the same buffer
+    contents: the same outputs or the same error, status and message."""
+    import cupy
+    import inspect
+    host: dict = {}
+    call, dev, outs = _rnn(cc.cudnnCreate("gpu"), cupy, case, host)
+    base = {k: v.copy() for k, v in dev.items()}
+    for _ in range(4):
+        call()
+    c_name, args = _Capture(lambda *_: call()).args(None, None, None, None)
+    site = cc.LEGACY[c_name]
+    assert any(r[1] is not None for r in site.recipes.values()), "armed"
+    params = list(inspect.signature(site.general).parameters)
+    for label, margs in _bound_mutations(args, params, cupy.asarray, cupy.asnumpy):
+        results = []
+        for fn in (site, site.general):
+            for k, v in base.items():
+                dev[k][...] = v
+            got = _outcome(fn, margs, {}, {})
+            if got[0] == "ok":
+                got = ("ok", {k: cupy.asnumpy(dev[k]) for k in outs})
+            results.append(got)
+        try:
+            _same(*results)
+        except AssertionError as e:
+            raise AssertionError(f"{case}: {label}: {e}") from None

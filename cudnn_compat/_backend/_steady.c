@@ -850,7 +850,7 @@ STEADY_TYPE(Run, 0, "the legacy layer's run with its steady path compiled (see _
  * ``general`` (the Python wrapper) with the same arguments: nothing here has run or written then.
  *
  * A recipe (arm's answer, a tuple): (stamp, handle, keys, tensors, scalars, betas, unread,
- * unread_types, workspace, constants, distinct) with
+ * unread_types, workspace, constants, distinct, bound) with
  *   keys      2**len(betas) plan-cache key objects, index sum((beta_j == 0) << j)
  *   tensors   ((position, uid, argname), ...)
  *   scalars   ((position, uid, lower bound or None), ...): None takes a float or an int of
@@ -862,6 +862,8 @@ STEADY_TYPE(Run, 0, "the legacy layer's run with its steady path compiled (see _
  *   constants ((uid, value), ...): scalars the family passes as constants
  *   distinct  ((p, q, r), ...): args[p] and args[q] must not be one buffer unless args[r] is it too
  *             (data.same_buffer; a form it cannot compare takes the Python path)
+ *   bound     None, or a bound recipe (``replay_bound``: graphs at byte offsets in the buffers,
+ *             one or more stages), which replaces keys to workspace
  * or (stamp, None): this call site has no recipe while EPOCH[0] is ``stamp``.  None: not yet. */
 
 typedef struct {
@@ -979,6 +981,7 @@ static int fast_ok(Fast *x, PyObject *v) {
     return 0;
 }
 
+#define POINTER_MIN 4096LL  /* data.POINTER_MIN: the smallest device pointer int */
 #define HOST_ADDRESS_MIN 2147483648LL  /* data.HOST_ADDRESS_MIN: an int of this magnitude is an address */
 
 static PyObject *ZERO;  /* the int 0 */
@@ -999,11 +1002,155 @@ static int same_buffer(PyObject *a, PyObject *b, PyObject *types) {
     return r;
 }
 
+/* d[k] = v for every (k, v) of ``pairs`` (a recipe's constant scalars): 0, or -1 with an error set */
+static int put_pairs(PyObject *d, PyObject *pairs) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pairs); i++) {
+        PyObject *e = PyTuple_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) { PyErr_SetString(PyExc_TypeError, "a (uid, value) entry"); return -1; }
+        if (PyDict_SetItem(d, PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1)) < 0) return -1;
+    }
+    return 0;
+}
+
+/* A buffer of a bound recipe as ``data._pointers`` takes it: its device address in *out and 1, or 0
+ * (another form: the Python path checks it), -1 an error; 2: bytes needed < 0, the buffer is bound
+ * as it is.  ``e``: (position or -1, the constant buffer when -1, bytes needed, accepted dtypes or
+ * None, the place's device array type). */
+static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigned long long *out) {
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) { PyErr_SetString(PyExc_TypeError, "a buffer entry"); return -1; }
+    Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
+    if (p < -1 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a buffer position"); return -1; }
+    PyObject *v = p >= 0 ? args[p] : PyTuple_GET_ITEM(e, 1), *accept = PyTuple_GET_ITEM(e, 3);
+    long long need = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 2));
+    if (need == -1 && PyErr_Occurred()) return -1;
+    if (need < 0) return 2;  /* bound as it is (the prepared call's binder checks it) */
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || n < POINTER_MIN) return 0;
+        *out = (unsigned long long)n;
+        return 1;
+    }
+    if ((PyObject *)Py_TYPE(v) != PyTuple_GET_ITEM(e, 4)) return 0;
+    int t = attr_true(v, S_c);
+    if (t == 0) t = attr_true(v, S_f);
+    if (t <= 0) return t;
+    PyObject *nb = PyObject_GetAttr(v, S_nbytes);
+    if (nb == NULL) return -1;
+    long long have = PyLong_AsLongLong(nb);
+    Py_DECREF(nb);
+    if (have == -1 && PyErr_Occurred()) return -1;
+    if (have < need) return 0;
+    if (accept != Py_None) {
+        PyObject *dt = PyObject_GetAttr(v, S_dtype);
+        if (dt == NULL) return -1;
+        t = PySequence_Contains(accept, dt);
+        Py_DECREF(dt);
+        if (t <= 0) return t;
+    }
+    PyObject *data = PyObject_GetAttr(v, S_data), *ptr = data ? PyObject_GetAttr(data, S_ptr) : NULL;
+    Py_XDECREF(data);
+    if (ptr == NULL) return -1;
+    *out = PyLong_AsUnsignedLongLong(ptr);
+    Py_DECREF(ptr);
+    return (*out == (unsigned long long)-1 && PyErr_Occurred()) ? -1 : 1;
+}
+
+#define BOUND_MAX 32
+
+/* Replay a bound recipe's part (``recipe[11]``: graphs whose tensors sit at byte offsets inside the
+ * caller's buffers, ``_core.bound_graph``): (buffers, nulls, minimum, stages) with
+ *   buffers  ((position or -1, constant or None, bytes needed, dtypes or None, device array type), ...):
+ *            each a contiguous device array of an accepted dtype holding the bytes needed, or a
+ *            pointer int >= POINTER_MIN (``data.preflight(..., pointers=True)``'s common forms),
+ *            bound as its address; bytes needed < 0: bound as it is (offset 0)
+ *   nulls    positions that must be NULL (None or 0): the buffers the call site was not given
+ *   minimum  ((position, n), ...): an int >= n (the size arguments)
+ *   stages   ((key, build, ((uid, buffer index, byte offset, argname), ...), ((uid, value), ...)), ...):
+ *            the graphs in order, each bound as ``bound_graph.execute`` binds it
+ * After the checks every stage goes through ``run`` (its prepared call, or the general path), as the
+ * Python path's stages do; a stage that raises sends the call to the Python path, which runs it
+ * again from the first stage (they write nothing their own inputs depend on) and raises. */
+static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *const *args) {
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4) { PyErr_SetString(PyExc_TypeError, "a bound recipe"); return -1; }
+    PyObject *bufs = PyTuple_GET_ITEM(spec, 0), *nulls = PyTuple_GET_ITEM(spec, 1), *mins = PyTuple_GET_ITEM(spec, 2),
+             *stages = PyTuple_GET_ITEM(spec, 3);
+    if (!PyTuple_Check(bufs) || !PyTuple_Check(nulls) || !PyTuple_Check(mins) || !PyTuple_Check(stages)
+            || PyTuple_GET_SIZE(bufs) > BOUND_MAX || PyTuple_GET_SIZE(stages) < 1) {
+        PyErr_SetString(PyExc_TypeError, "a malformed bound recipe");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(nulls); i++) {
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(nulls, i));
+        if (p < 0 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null position"); return -1; }
+        PyObject *v = args[p];
+        if (!(v == Py_None || (PyLong_CheckExact(v) && PyObject_Not(v) == 1))) return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mins); i++) {
+        PyObject *e = PyTuple_GET_ITEM(mins, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) { PyErr_SetString(PyExc_TypeError, "a minimum entry"); return -1; }
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
+        if (p < 0 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a minimum position"); return -1; }
+        if (!PyLong_CheckExact(args[p])) return 0;
+        int t = PyObject_RichCompareBool(args[p], PyTuple_GET_ITEM(e, 1), Py_GE);
+        if (t <= 0) return t;
+    }
+    unsigned long long ptr[BOUND_MAX];
+    PyObject *obj[BOUND_MAX];  /* borrowed: the buffers bound as they are */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bufs); i++) {
+        int t = bound_pointer(self, PyTuple_GET_ITEM(bufs, i), args, &ptr[i]);
+        if (t <= 0) return t;
+        obj[i] = NULL;
+        if (t == 2) {
+            Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(bufs, i), 0));
+            obj[i] = p >= 0 ? args[p] : PyTuple_GET_ITEM(PyTuple_GET_ITEM(bufs, i), 1);
+        }
+    }
+    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(stages); s++) {
+        PyObject *st = PyTuple_GET_ITEM(stages, s);
+        if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 4 || !PyTuple_Check(PyTuple_GET_ITEM(st, 2))
+                || !PyTuple_Check(PyTuple_GET_ITEM(st, 3))) {
+            PyErr_SetString(PyExc_TypeError, "a stage entry");
+            return -1;
+        }
+        PyObject *tb = PyTuple_GET_ITEM(st, 2), *sb = PyTuple_GET_ITEM(st, 3);
+        PyObject *tensors = PyDict_New(), *scalars = PyDict_New(), *plan = NULL;
+        int rc = -1;
+        if (tensors == NULL || scalars == NULL) goto stage_done;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tb); i++) {
+            PyObject *e = PyTuple_GET_ITEM(tb, i);
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 4) { PyErr_SetString(PyExc_TypeError, "a binding entry"); goto stage_done; }
+            Py_ssize_t b = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 1));
+            long long off = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 2));
+            if (PyErr_Occurred()) goto stage_done;
+            if (b < 0 || b >= PyTuple_GET_SIZE(bufs)) { PyErr_SetString(PyExc_ValueError, "a buffer index"); goto stage_done; }
+            if (obj[b] && off) { PyErr_SetString(PyExc_ValueError, "an offset into a buffer bound as it is"); goto stage_done; }
+            PyObject *addr = obj[b] ? (Py_INCREF(obj[b]), obj[b]) : PyLong_FromUnsignedLongLong(ptr[b] + (unsigned long long)off);
+            PyObject *pair = addr ? PyTuple_Pack(2, addr, PyTuple_GET_ITEM(e, 3)) : NULL;
+            Py_XDECREF(addr);
+            if (pair == NULL) goto stage_done;
+            int r = PyDict_SetItem(tensors, PyTuple_GET_ITEM(e, 0), pair);
+            Py_DECREF(pair);
+            if (r < 0) goto stage_done;
+        }
+        if (put_pairs(scalars, sb) < 0) goto stage_done;
+        {  /* every buffer was checked: the stage runs, prepared or by the general path (as bound_graph.execute) */
+            PyObject *rargs[5] = {handle, PyTuple_GET_ITEM(st, 0), PyTuple_GET_ITEM(st, 1), tensors, scalars};
+            plan = PyObject_Vectorcall(self->run, rargs, 5, NULL);
+            rc = plan ? 1 : -1;
+        }
+    stage_done:
+        Py_XDECREF(plan); Py_XDECREF(tensors); Py_XDECREF(scalars);
+        if (rc < 0) return -1;  /* the Python path runs the call again and raises what it raises */
+    }
+    return 1;
+}
+
 /* Replay ``recipe`` (a new reference's borrowed view) for ``args``: 1 ran, 0 not taken, -1 error */
 static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
     PyObject *tensors = NULL, *scalars = NULL, *plan = NULL;
     int rc = -1;
-    if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 11) { PyErr_SetString(PyExc_TypeError, "a recipe: a tuple of 11"); return -1; }
+    if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 12) { PyErr_SetString(PyExc_TypeError, "a recipe: a tuple of 12"); return -1; }
     PyObject *handle = PyTuple_GET_ITEM(recipe, 1), *keys = PyTuple_GET_ITEM(recipe, 2), *tspec = PyTuple_GET_ITEM(recipe, 3),
              *sspec = PyTuple_GET_ITEM(recipe, 4), *betas = PyTuple_GET_ITEM(recipe, 5), *unread = PyTuple_GET_ITEM(recipe, 6),
              *utypes = PyTuple_GET_ITEM(recipe, 7), *wspec = PyTuple_GET_ITEM(recipe, 8), *consts = PyTuple_GET_ITEM(recipe, 9),
@@ -1044,6 +1191,7 @@ static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
             if (!same) return 0;
         }
     }
+    if (PyTuple_GET_ITEM(recipe, 11) != Py_None) return replay_bound(self, handle, PyTuple_GET_ITEM(recipe, 11), args);
     /* the scalars, as data.scalar reads a float or a small int */
     double val[16];
     scalars = PyDict_New();
@@ -1074,11 +1222,7 @@ static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
         Py_DECREF(f);
         if (st < 0) goto error;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); i++) {
-        PyObject *e = PyTuple_GET_ITEM(consts, i);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) { PyErr_SetString(PyExc_TypeError, "a constant entry"); goto error; }
-        if (PyDict_SetItem(scalars, PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1)) < 0) goto error;
-    }
+    if (put_pairs(scalars, consts) < 0) goto error;
     Py_ssize_t idx = 0;
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(betas); j++) {
         Py_ssize_t b = PyLong_AsSsize_t(PyTuple_GET_ITEM(betas, j));

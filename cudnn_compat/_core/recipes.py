@@ -57,15 +57,20 @@ class Recipe:
     """
 
     __slots__ = ("handle", "keys", "tensors", "scalars", "betas", "bounds", "unread", "workspace", "constants",
-                 "distinct")
+                 "distinct", "bound")
 
     def __init__(self, handle, keys, tensors: dict, scalars: dict, betas: tuple = (), bounds: "dict | None" = None,
                  unread: tuple = (), workspace: "tuple | None" = None, constants: "dict | None" = None,
-                 distinct: tuple = ()):
+                 distinct: tuple = (), bound: "Bound | None" = None):
         self.handle, self.tensors, self.scalars, self.betas = handle, tensors, scalars, betas
         self.keys = keys if betas else (keys,)
         self.bounds, self.unread, self.workspace = bounds or {}, unread, workspace
-        self.constants, self.distinct = constants or {}, distinct
+        self.constants, self.distinct, self.bound = constants or {}, distinct, bound
+
+    @classmethod
+    def of_bound(cls, handle, bound: "Bound", unread: tuple = (), distinct: tuple = ()) -> "Recipe":
+        """The recipe of a call that runs bound graphs (``Bound``) and nothing else."""
+        return cls(handle, None, {}, {}, unread=unread, distinct=distinct, bound=bound)
 
     @classmethod
     def blend(cls, handle, keys, tensors: dict, **kw) -> "Recipe":
@@ -74,7 +79,11 @@ class Recipe:
         return cls(handle, keys, tensors, {"alpha": ALPHA, "beta": BETA}, ("beta",), **kw)
 
     def compiled(self, stamp, pos: dict) -> tuple:
-        """The tuple ``_steady.Site`` replays (its docstring), parameter names made positions."""
+        """The tuple ``_steady.Site`` replays (its docstring), parameter names made positions; None
+        when a bound part has nothing to replay."""
+        bound = None if self.bound is None else self.bound.compiled(pos)
+        if self.bound is not None and bound is None:
+            return None
         names = list(self.scalars)
         nd = _CUPY_NDARRAY[:1] if self.handle.place != "cpu" else []
         ws = None if self.workspace is None else \
@@ -84,15 +93,56 @@ class Recipe:
                 tuple((pos[n], uid, self.bounds.get(n)) for n, uid in self.scalars.items()),
                 tuple(names.index(b) for b in self.betas),
                 tuple(pos[n] for n in self.unread), tuple([np.ndarray] + nd), ws, tuple(self.constants.items()),
-                tuple(tuple(pos[n] for n in d) for d in self.distinct))
+                tuple(tuple(pos[n] for n in d) for d in self.distinct),
+                bound)
 
 
-def steady(wrapper, sites, key: tuple, recipe, site_key=None):
+class Bound:
+    """A call made of graphs whose tensors sit at byte offsets inside the caller's buffers
+    (``_core.bound_graph``: dropout, the RNN stages), as its Python path runs it on the GPU place
+    with every buffer preflighted as a pointer (``data.preflight(..., pointers=True)``):
+
+    buffers: {buffer name: (parameter, or None with ``constant`` the buffer, bytes needed, IR dtype
+             name or None for untyped)}: a contiguous device array of an accepted dtype with the
+             bytes needed, or a device pointer int, bound as its address; bytes needed None: bound
+             as it is (the prepared call's binder checks it; only at offset 0)
+    stages:  ((plan-cache key, BoundGraph or None, {value name: value}), ...): run in order as
+             ``bound_graph.execute`` runs them (a None graph: nothing to run)
+    nulls:   parameters that must be NULL (None or 0): the buffers the call site was not given
+    minimum: {parameter: n}: an int >= n (the size arguments)
+    """
+
+    __slots__ = ("buffers", "stages", "nulls", "minimum")
+
+    def __init__(self, buffers: dict, stages: tuple, nulls: tuple = (), minimum: "dict | None" = None):
+        self.buffers, self.stages, self.nulls, self.minimum = buffers, stages, nulls, minimum or {}
+
+    def compiled(self, pos: dict) -> "tuple | None":
+        """``_steady.c`` replay_bound's tuple, parameter names made positions; None when no stage has
+        a graph or a graph binds a buffer not listed (the Python path runs such calls)."""
+        from .data import _ACCEPT
+        nd = _CUPY_NDARRAY[0] if _CUPY_NDARRAY else None
+        index = {name: i for i, name in enumerate(self.buffers)}
+        bufs = tuple((-1 if p is None else pos[p], const, -1 if need is None else int(need),
+                      None if dt is None else _ACCEPT[dt], nd)
+                     for p, const, need, dt in self.buffers.values())
+        stages = tuple((key, (lambda g=bound.graph: g),
+                        tuple((uid, index[buf], off, buf) for uid, (buf, off) in bound.bindings.items()),
+                        tuple((uid, float(vals[name])) for uid, name in bound.scalar_names.items()))
+                       for key, bound, vals in self.stages if bound is not None
+                       and all(buf in index for buf, _off in bound.bindings.values()))
+        if len(stages) != sum(bound is not None for _key, bound, _vals in self.stages) or not stages:
+            return None
+        return (bufs, tuple(pos[n] for n in self.nulls), tuple((pos[n], int(v)) for n, v in self.minimum.items()),
+                stages)
+
+
+def steady(wrapper, sites, key: tuple, recipe, site_key=None, arm_key=None):
     """``wrapper`` (a ``registry.legacy`` function) with steady recipes in front of it, registered
     in its place; ``wrapper`` itself where the extension is not built.  ``sites``: the call-site
     memo the function's Python path fills; ``key``: the parameters of its site key, in order
-    (``site_key(values)`` makes that key when it has more in it); ``recipe(*site value)``: a
-    ``Recipe`` or None."""
+    (``site_key(values)`` makes that key when it has more in it, ``arm_key(args)`` when it depends
+    on other arguments too); ``recipe(*site value)``: a ``Recipe`` or None."""
     mod = _steady.module()
     if mod is None or type(_run) is not mod.Run:
         return wrapper
@@ -105,13 +155,14 @@ def steady(wrapper, sites, key: tuple, recipe, site_key=None):
         or stale (a later call tries again), (stamp, None) when the family has none."""
         ck = tuple([args[i] for i in kpos])
         try:
-            s = sites.get(site_key(ck) if site_key else ck)
+            s = sites.get(arm_key(args) if arm_key else site_key(ck) if site_key else ck)
         except TypeError:
             return None
         if s is None or s[0] is not EPOCH[0]:
             return None
         r = recipe(*s[1])
-        return (s[0], None) if r is None else r.compiled(s[0], pos)
+        c = None if r is None else r.compiled(s[0], pos)
+        return (s[0], None) if c is None else c
 
     site = mod.Site(wrapper, registry.HOOKS, EPOCH, len(params), kpos, wrapper.fast_tests, arm, _run, MAXSIZE)
     functools.update_wrapper(site, wrapper)

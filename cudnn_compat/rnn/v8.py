@@ -15,6 +15,7 @@ from cudnn_compat._backend.ir import packed_strides
 from .._core import bound_graph as bg
 from .._core.data import unread
 from .._core.memo import Memo, call_site
+from .._core.recipes import Bound, Recipe, steady
 from .._core.registry import legacy
 from ..dropout import require_states
 from ..enums import ENUMS
@@ -232,6 +233,45 @@ def RNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDes
     disp[0].run(h, d, used)
 
 
+_FWD_BUFFERS = ("x", "y", "hx", "hy", "cx", "cy", "w", "ws", "rs")  # RNNForward's ``bufs``, in order
+_FWD_PARAMS = {"w": "weightSpace", "ws": "workSpace", "rs": "reserveSpace"}  # the others are their own parameter
+
+
+def _fwd_arm_key(args) -> tuple:
+    """RNNForward's site key (``sk``) from its arguments."""
+    (handle, rnnDesc, fwdMode, _lens, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy, _wss, w, _wks, ws, _rss,
+     rs) = args
+    bufs = (x, y, hx, hy, cx, cy, w, ws, rs)
+    return (handle, rnnDesc, fwdMode, xDesc, yDesc, hDesc, cDesc,
+            tuple(k for k, v in zip(_FWD_BUFFERS, bufs) if not bg.is_null(v)))
+
+
+def _fwd_recipe(h, d, cfg, geo, training, sizes, parts):
+    """RNNForward's steady recipe on the GPU place (``_core.recipes.Bound``): its stages bound as
+    ``core.run`` binds them after ``preflight(..., pointers=True)``, the buffers it was given
+    checked as that preflight checks them, the state buffers it was not given NULL, the size
+    arguments at least the sizes; devSeqLengths a buffer, unread."""
+    names, _fill, disp = parts
+    if h.place != "gpu" or not disp or disp[0].staged is None:
+        return None
+    dp = disp[0]
+    (prepared, _written), specs = dp.staged, dp.specs
+    if all(bound is None for _key, bound in prepared):
+        return None
+    need_w, sp = sizes
+    used = [k for k in _FWD_BUFFERS if k in names and (k not in STATE_NAMES or k in dp.call.present)]
+    buffers = {k: (_FWD_PARAMS.get(k, k), None, specs[k][1][1], specs[k][1][0]) for k in used}
+    if dp.p > 0:
+        states = d.dropoutDesc.states
+        buffers["states"] = (None, states, specs["states"][1][1], None)
+    buffers["devSeqLengths"] = ("devSeqLengths", None, 0, None)
+    minimum = {"weightSpaceSize": need_w, "workSpaceSize": sp.ws_size}
+    if training:
+        minimum["reserveSpaceSize"] = sp.rs_size
+    nulls = tuple(k for k in _FWD_BUFFERS if k in names and k in STATE_NAMES and k not in dp.call.present)
+    return Recipe.of_bound(h, Bound(buffers, tuple((key, bound, dp.vals) for key, bound in prepared), nulls, minimum))
+
+
 @call_site(Memo("RNNForward sites"))
 def _fwd_site(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, yDesc, hDesc, cDesc, given):
     """RNNForward's descriptor checks, in the call's order (the data checks that come between them
@@ -252,6 +292,10 @@ def _fwd_site(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, yDesc, hDesc, cDes
     names = {"x", "y", "hx", "hy", "w", "ws"} | ({"cx", "cy"} if lstm else set()) | ({"rs"} if training else set())
     parts = (frozenset(names), yd.paddingFill if geo.padded else None, [])
     return h, d, cfg, geo, training, (weight_space_size(cfg), spaces(cfg, geo)), parts
+
+
+RNNForward = steady(RNNForward, _fwd_site.sites, ("handle", "rnnDesc", "fwdMode", "xDesc", "yDesc", "hDesc", "cDesc"),
+                    _fwd_recipe, arm_key=_fwd_arm_key)
 
 
 @legacy("cudnnRNNBackwardData_v8", cupy="RNNBackwardData_v8")
