@@ -217,12 +217,9 @@ def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceS
     ``_masked_entry``); then every check that depends on the data, and the run.  On the GPU place
     with CuPy reserve space and states the graph's tensors are bound as device pointers (the
     buffers' checks are made here first), else ``_core.bound_graph`` makes byte views."""
-    mk = (name, id(d._key or d.key()), id(ad._key or ad.key()), id(bd._key or bd.key()))
-    m = _MASKED.get(mk)
+    mk, m = _masked_lookup(name, d, ad, bd)
     if m is None:
-        mk, m = _MASKED.canonical((name,), (d, ad, bd))
-        if m is None:
-            m = _masked_entry(mk, name, d, ad, a, an, bd, bout, bn, forward)
+        m = _masked_entry(mk, name, d, ad, a, an, bd, bout, bn, forward)
     dims, need, key, bound, graph, same_strides, scale, prog, scale_uid = m
     if not same_strides and bg.address(a) == bg.address(bout):
         check(False, bn, "strides must equal the input's when the operation is in place (x == y)")
@@ -252,6 +249,13 @@ def _run_masked(h, name, d, ad, a, an, bd, bout, bn, reserveSpace, reserveSpaceS
                                          (states, (None, STATES_SIZE), "dropoutDesc.states", forward)])
     buffers = {an: a, bn: bout, "reserveSpace": reserveSpace, "states": states}
     bg.execute(h, key, bound, buffers, {"scale": scale})
+
+
+def _masked_lookup(name, d, ad, bd) -> tuple:
+    """(memo key, the masked entry or None) of ``name`` for these descriptors (``_MASKED``)."""
+    mk = (name, id(d._key or d.key()), id(ad._key or ad.key()), id(bd._key or bd.key()))
+    m = _MASKED.get(mk)
+    return (mk, m) if m is not None else _MASKED.canonical((name,), (d, ad, bd))
 
 
 _BUFFER_INDEX = {"reserveSpace": 2, "states": 3}  # (input, output, reserveSpace, states): the GPU binding's order
@@ -320,9 +324,7 @@ def _masked_recipe(name: str, an: str, bn: str):
         if h.place != "gpu" or type(states) is not nd or not (states._c_contiguous or states._f_contiguous) \
                 or states.nbytes < STATES_SIZE:
             return None
-        m = _MASKED.get((name, id(d._key or d.key()), id(ad._key or ad.key()), id(bd._key or bd.key())))
-        if m is None:
-            m = _MASKED.canonical((name,), (d, ad, bd))[1]
+        _mk, m = _masked_lookup(name, d, ad, bd)
         if m is None or not m[5]:  # not yet made; in place with other strides: the Python path checks
             return None
         _dims, need, key, bound, _graph, _same, scale, _prog, _uid = m

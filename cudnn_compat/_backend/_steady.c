@@ -1013,17 +1013,18 @@ static int put_pairs(PyObject *d, PyObject *pairs) {
 }
 
 /* A buffer of a bound recipe as ``data._pointers`` takes it: its device address in *out and 1, or 0
- * (another form: the Python path checks it), -1 an error; 2: bytes needed < 0, the buffer is bound
- * as it is.  ``e``: (position or -1, the constant buffer when -1, bytes needed, accepted dtypes or
- * None, the place's device array type). */
-static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigned long long *out) {
+ * (another form: the Python path checks it), -1 an error.  *as_is: the buffer itself (borrowed) when
+ * bytes needed < 0 (bound as it is), else NULL.  ``e``: (position or -1, the constant buffer when -1,
+ * bytes needed, accepted dtypes or None, the place's device array type). */
+static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigned long long *out, PyObject **as_is) {
+    *as_is = NULL;
     if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) { PyErr_SetString(PyExc_TypeError, "a buffer entry"); return -1; }
     Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
     if (p < -1 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a buffer position"); return -1; }
     PyObject *v = p >= 0 ? args[p] : PyTuple_GET_ITEM(e, 1), *accept = PyTuple_GET_ITEM(e, 3);
     long long need = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 2));
     if (need == -1 && PyErr_Occurred()) return -1;
-    if (need < 0) return 2;  /* bound as it is (the prepared call's binder checks it) */
+    if (need < 0) { *as_is = v; *out = 0; return 1; }  /* bound as it is (the prepared call's binder checks it) */
     if (PyLong_CheckExact(v)) {
         int overflow;
         long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -1098,13 +1099,8 @@ static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *
     unsigned long long ptr[BOUND_MAX];
     PyObject *obj[BOUND_MAX];  /* borrowed: the buffers bound as they are */
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bufs); i++) {
-        int t = bound_pointer(self, PyTuple_GET_ITEM(bufs, i), args, &ptr[i]);
+        int t = bound_pointer(self, PyTuple_GET_ITEM(bufs, i), args, &ptr[i], &obj[i]);
         if (t <= 0) return t;
-        obj[i] = NULL;
-        if (t == 2) {
-            Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(bufs, i), 0));
-            obj[i] = p >= 0 ? args[p] : PyTuple_GET_ITEM(PyTuple_GET_ITEM(bufs, i), 1);
-        }
     }
     for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(stages); s++) {
         PyObject *st = PyTuple_GET_ITEM(stages, s);

@@ -126,13 +126,13 @@ class Bound:
         bufs = tuple((-1 if p is None else pos[p], const, -1 if need is None else int(need),
                       None if dt is None else _ACCEPT[dt], nd)
                      for p, const, need, dt in self.buffers.values())
+        graphs = [(key, bound, vals) for key, bound, vals in self.stages if bound is not None]
+        if not graphs or any(buf not in index for _k, bound, _v in graphs for buf, _off in bound.bindings.values()):
+            return None
         stages = tuple((key, (lambda g=bound.graph: g),
                         tuple((uid, index[buf], off, buf) for uid, (buf, off) in bound.bindings.items()),
                         tuple((uid, float(vals[name])) for uid, name in bound.scalar_names.items()))
-                       for key, bound, vals in self.stages if bound is not None
-                       and all(buf in index for buf, _off in bound.bindings.values()))
-        if len(stages) != sum(bound is not None for _key, bound, _vals in self.stages) or not stages:
-            return None
+                       for key, bound, vals in graphs)
         return (bufs, tuple(pos[n] for n in self.nulls), tuple((pos[n], int(v)) for n, v in self.minimum.items()),
                 stages)
 

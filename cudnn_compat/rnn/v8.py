@@ -208,15 +208,23 @@ def getRNNTempSpaceSizes(handle, rnnDesc, fMode, xDesc) -> tuple:
     return sp.ws_size, (sp.rs_size if fMode == FWD_TRAINING else 0)
 
 
+_FWD_BUFFERS = ("x", "y", "hx", "hy", "cx", "cy", "w", "ws", "rs")  # RNNForward's ``bufs``, in order
+_FWD_PARAMS = {"w": "weightSpace", "ws": "workSpace", "rs": "reserveSpace"}  # the others are their own parameter
+
+
+def _given(values) -> tuple:
+    """The names of RNNForward's buffers (``values`` in ``_FWD_BUFFERS`` order) that are not NULL."""
+    return tuple(k for k, v in zip(_FWD_BUFFERS, values) if not bg.is_null(v))
+
+
 @legacy("cudnnRNNForward", cupy="RNNForward")
 def RNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy,
                weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace) -> None:
     """v8 RNN forward, inference or training (fwdMode), over RNN data descriptors (002 §7.2.36)."""
     # the descriptor checks and everything they fix (config, geometry, sizes, the stages' graphs) are
     # worked out once per call site (``_fwd_site``); every call checks its data
-    bufs = {"x": x, "y": y, "hx": hx, "hy": hy, "cx": cx, "cy": cy, "w": weightSpace, "ws": workSpace,
-            "rs": reserveSpace}
-    given = tuple(k for k, v in bufs.items() if not bg.is_null(v))
+    bufs = dict(zip(_FWD_BUFFERS, (x, y, hx, hy, cx, cy, weightSpace, workSpace, reserveSpace)))
+    given = _given(bufs.values())
     sk = (handle, rnnDesc, fwdMode, xDesc, yDesc, hDesc, cDesc, given)
     h, d, cfg, geo, training, (need_w, sp), parts = _fwd_site(sk, handle, rnnDesc, fwdMode, devSeqLengths, xDesc,
                                                              yDesc, hDesc, cDesc, given)
@@ -233,17 +241,11 @@ def RNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDes
     disp[0].run(h, d, used)
 
 
-_FWD_BUFFERS = ("x", "y", "hx", "hy", "cx", "cy", "w", "ws", "rs")  # RNNForward's ``bufs``, in order
-_FWD_PARAMS = {"w": "weightSpace", "ws": "workSpace", "rs": "reserveSpace"}  # the others are their own parameter
-
-
 def _fwd_arm_key(args) -> tuple:
     """RNNForward's site key (``sk``) from its arguments."""
     (handle, rnnDesc, fwdMode, _lens, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy, _wss, w, _wks, ws, _rss,
      rs) = args
-    bufs = (x, y, hx, hy, cx, cy, w, ws, rs)
-    return (handle, rnnDesc, fwdMode, xDesc, yDesc, hDesc, cDesc,
-            tuple(k for k, v in zip(_FWD_BUFFERS, bufs) if not bg.is_null(v)))
+    return (handle, rnnDesc, fwdMode, xDesc, yDesc, hDesc, cDesc, _given((x, y, hx, hy, cx, cy, w, ws, rs)))
 
 
 def _fwd_recipe(h, d, cfg, geo, training, sizes, parts):
@@ -256,8 +258,6 @@ def _fwd_recipe(h, d, cfg, geo, training, sizes, parts):
         return None
     dp = disp[0]
     (prepared, _written), specs = dp.staged, dp.specs
-    if all(bound is None for _key, bound in prepared):
-        return None
     need_w, sp = sizes
     used = [k for k in _FWD_BUFFERS if k in names and (k not in STATE_NAMES or k in dp.call.present)]
     buffers = {k: (_FWD_PARAMS.get(k, k), None, specs[k][1][1], specs[k][1][0]) for k in used}
