@@ -115,4 +115,4 @@ def test_repeated_call_hits_the_plan_cache(handle, rng):
     before = cc.plan_cache_info()
     forward(handle, net, xs, SEQ, lengths, 2)
     after = cc.plan_cache_info()
-    assert after.misses == before.misses and after.hits >= before.hits + 4  # 2 graphs per layer
+    assert after.misses == before.misses and after.hits >= before.hits + 2  # 1 graph per layer

@@ -132,7 +132,7 @@ class Case:
     """An op with host buffers: row tensors interleave their directions (as y does) with a gap."""
 
     def __init__(self, rng, kind, mode, D, layout, lengths, T, H, P=None, dtype="float64", train=True, clip=None,
-                 states=True, fill=None, cdtype=None):
+                 states=True, fill=None, cdtype=None, project=None):
         self.rng, self.kind, self.mode = rng, kind, mode
         g = GATES[mode]
         Ho = P or H
@@ -147,8 +147,16 @@ class Case:
         ins["w_rec"] = self.tensor("w_rec", (D, g * H, Ho), dtype, gap=3)
         if P:
             ins["wr"] = self.tensor("wr", (D, Ho, H), dtype, gap=2)
-        if fwd:
+        if fwd and project is not None:  # the x form: gx = x W_in^T + biases, computed by the op
+            I = 5
+            ins["x"] = self._alloc("x", (D, N, I), (0, I + 2, 1), dtype)  # one buffer for every direction
+            ins["w_in"] = self.tensor("w_in", (D, g * H, I), dtype, gap=4)
+            for role in project:
+                ins[role] = self.tensor(role, (D, 1, g * H), dtype, gap=1)
+            outs["gx"] = self.rows("gx", D, g * H, cdtype, interleave=False)
+        elif fwd:
             ins["gx"] = self.rows("gx", D, g * H, cdtype, interleave=False)
+        if fwd:
             if mode == "GRU":
                 ins["b_rec"] = self.tensor("b_rec", (D, 1, H), dtype, gap=5)
             if states:
@@ -275,6 +283,17 @@ PROGRAM_CASES += [
     (f"{kind[3:]}-{dtype}", kind, dict(mode="LSTM", D=2, layout="SEQ", lengths=(3, 3, 2), T=3, H=4, dtype=dtype,
                                        cdtype="float32"), tol)
     for dtype, tol in (("float32", 2e-5), ("float16", 3e-2)) for kind in KINDS]
+PROGRAM_CASES += [  # the x form (the input projection inside the op): one bias kernel and one GEMM first
+    (f"x-form-{mode}-{D}-{layout}-{'+'.join(project) or 'nobias'}-{dtype}", "RNNRecurrence",
+     dict(mode=mode, D=D, layout=layout, lengths=lengths, T=T, H=3, dtype=dtype, cdtype="float32" if dtype != "float64"
+          else None, project=project, fill=0.25 if layout == "SEQ" else None), tol)
+    for mode, D, layout, lengths, T, project, dtype, tol in (
+        ("LSTM", 2, "SEQ", (3, 4, 1, 4), 4, ("b_x", "b_h"), "float64", 1e-12),
+        ("GRU", 2, "BATCH", (2, 4, 4, 1), 4, ("b_x", "b_h"), "float64", 1e-12),
+        ("GRU", 1, "PACKED", (3, 2), 3, ("b_h",), "float64", 1e-12),
+        ("TANH", 2, "PACKED", (3, 2, 2), 3, ("b_x",), "float64", 1e-12),
+        ("RELU", 1, "SEQ", (2, 3, 3), 3, (), "float64", 1e-12),
+        ("LSTM", 2, "SEQ", (3, 3, 2), 3, ("b_x", "b_h"), "float16", 3e-2))]
 PROGRAM_CASES.append(("inference-GRU-no-states", "RNNRecurrence",
                       dict(mode="GRU", D=2, layout="PACKED", lengths=(3, 1), T=3, H=2, train=False, states=False), 1e-12))
 

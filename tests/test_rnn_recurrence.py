@@ -19,15 +19,16 @@ def graphs(kind, mode="LSTM", D=2, L=2, T=100, B=64, H=512, training=True, lengt
     return out
 
 
-@pytest.mark.parametrize("kind", ["forward", "backward_data"])
-def test_a_long_bidirectional_lstm_is_a_handful_of_ops(kind):
-    """T=100, 2 layers, bidirectional: 2 graphs per layer, one recurrence op each (the pure
-    Matmul/Pointwise translation was ~3,400 ops and ~5,000 bindings per forward call)."""
+@pytest.mark.parametrize("kind,per_layer", [("forward", 1), ("backward_data", 2)])
+def test_a_long_bidirectional_lstm_is_a_handful_of_ops(kind, per_layer):
+    """T=100, 2 layers, bidirectional: one recurrence op per layer, the forward's input projection
+    inside it (one graph per layer), the backward's a graph of its own (the pure Matmul/Pointwise
+    translation was ~3,400 ops and ~5,000 bindings per forward call)."""
     built = graphs(kind)
     ops = sum(len(b.ops) for _, b in built)
     bindings = sum(len(b.bindings) for _, b in built)
-    assert len(built) == 4
-    assert ops <= 16 and bindings <= 40, (ops, bindings)  # forward: per layer and direction Matmul + 2 bias ADDs
+    assert len(built) == 2 * per_layer
+    assert ops <= 16 and bindings <= 40, (ops, bindings)  # backward: per layer and direction Matmul + 2 bias ADDs
     rec = [op for _, b in built for op in b.ops if op.kind.startswith("RNNRecurrence")]
     assert len(rec) == 2 and all(op.inputs["w_rec"].dims[0] == 2 for op in rec)
     for _, b in built:
@@ -45,10 +46,16 @@ def test_matmuls_carry_the_math_type():
     args = ("GRU", "DOUBLE", 1, False, 4, 4, 4, 1, "float32", "float32", None)
     assert rnn_core.math_type(RNNConfig(*args, False)) == "FMA_MATH"
     assert rnn_core.math_type(RNNConfig(*args, True)) == "DEFAULT_MATH"
-    built = graphs("forward", mode="GRU", D=1, L=1, T=2, B=2, H=4)
+    built = graphs("backward_data", mode="GRU", D=1, L=1, T=2, B=2, H=4)
     stamped = [rnn_core._stamped(b, RNNConfig(*args, False)) for _, b in built]
     mms = [op for b in stamped for op in b.ops if op.kind == "Matmul"]
     assert mms and all(op.attrs["math_type"] == "FMA_MATH" for op in mms)
+    # the forward's projection is inside its recurrence op, whose GEMMs follow the op's math type
+    fwd_cfg = RNNConfig(*args, False)
+    call = Call(fwd_cfg, Geometry("SEQ", 2, 2, (2, 2)), False, frozenset())
+    (stage, fn, arg), = stages(call, "forward")
+    op, = fn(call, arg).ops
+    assert stage == "flayer0" and "x" in op.inputs and op.attrs["math_type"] == "FMA_MATH"
 
 
 # -- finalize rules ------------------------------------------------------------------------------------
@@ -118,3 +125,35 @@ def test_backward_needs_the_saved_activations():
                    {"dgates": t(3, (D, N, 3 * H))},
                    {"mode": "GRU", "layout": "SEQ", "T": 3, "lengths": (3, 3), "directions": (False,), "clip": None})
     assert check_of(op) == "RNN_RESERVE"
+
+
+def fused(gx_out=True, **change):
+    """``fwd`` in the x form: gx computed by the op from x (I=3) and w_in (ops/rnn.py), and written."""
+    op = fwd(gx=None)
+    ins, outs = dict(op.inputs), dict(op.outputs)
+    ins.update(x=t(20, (1, 6, 3)), w_in=t(21, (1, 8, 3)))
+    if gx_out:
+        outs["gx"] = t(1, (1, 6, 8))
+    for k, v in change.items():
+        if v is None:
+            ins.pop(k, None)
+        else:
+            ins[k] = v
+    return Operation("RNNRecurrence", ins, outs, op.attrs)
+
+
+def test_the_x_form_finalizes():
+    OperationGraph([fused()]).finalize()
+    OperationGraph([fused(b_x=t(22, (1, 1, 8)), b_h=t(23, (1, 1, 8)))]).finalize()
+
+
+@pytest.mark.parametrize("op, check", [
+    (lambda: fused(gx_out=False), "RNN_ROLES"),  # x without gx written
+    (lambda: fused(w_in=None), "RNN_ROLES"),
+    (lambda: fused(gx=t(24, (1, 6, 8))), "RNN_ROLES"),  # gx both read and written
+    (lambda: fwd(b_x=t(22, (1, 1, 8))), "RNN_ROLES"),  # the biases without x
+    (lambda: fused(w_in=t(21, (1, 8, 4))), "RNN_SHAPES"),  # x is 3 wide, w_in 4
+    (lambda: fused(b_h=t(23, (1, 1, 4))), "RNN_SHAPES"),
+])
+def test_x_form_rules(op, check):
+    assert check_of(op()) == check

@@ -506,10 +506,24 @@ def dir_state(call: Call, b, name: str, l: int, width: int) -> Tensor:
     return b.ext(name, l * cfg.D * B * width, (cfg.D, B, width), (B * width, width, 1), cfg.dtype)
 
 
-def build_fwd_rec(call: Call, l: int) -> bg.GraphBuilder:
-    """One RNNRecurrence op: every step and direction of layer l."""
+def fused_layer(call: Call, l: int) -> bool:
+    """Layer l runs as one op (RNNRecurrence's ``x`` form: its input projection inside, so a GPU
+    engine runs the layer as one program, one CUDA graph): it has input weights, no dropout mask
+    on its input, and its input rows hold the weights' data type (a GEMM's operands share one)."""
+    return call.geo.N > 0 and call.cfg.has_W(l) and not (l >= 1 and call.dropout > 0) \
+        and call.X(l).dtype == call.cfg.dtype
+
+
+def build_fwd_layer(call: Call, l: int) -> bg.GraphBuilder:
+    """Layer l as one RNNRecurrence op, the input projection inside (``fused_layer``)."""
+    return build_fwd_rec(call, l, fused=True)
+
+
+def build_fwd_rec(call: Call, l: int, fused: bool = False) -> bg.GraphBuilder:
+    """One RNNRecurrence op: every step and direction of layer l (``fused``: its gx computed by the
+    op from x, W and the biases, ops/rnn.py; else read from the projection stage's output)."""
     cfg, geo = call.cfg, call.geo
-    b = call.builder(f"RNNForward.rec{l}")
+    b = call.builder(f"RNNForward.{'layer' if fused else 'rec'}{l}")
     H, g, Ho, D = cfg.H, cfg.g, cfg.Hout, cfg.D
     if geo.N == 0:  # no step at all: the final states are the initial ones
         for name, width in (("h", Ho), ("c", H)):
@@ -522,7 +536,16 @@ def build_fwd_rec(call: Call, l: int) -> bg.GraphBuilder:
     gx0 = ws[("Gx", 0)] // c
     gx = b.ext("ws", gx0, (D, geo.N, g * H),
                (_dir_stride(gx0, ws[("Gx", 1)] // c if D == 2 else None, geo.N * g * H), g * H, 1), cfg.cdtype)
-    ins = {"gx": gx, "w_rec": dir_weight(call, b, l, "R", (g * H, Ho))}
+    ins = {"w_rec": dir_weight(call, b, l, "R", (g * H, Ho))}
+    if fused:
+        X, I = call.X(l), cfg.layer_in(l)
+        ins["x"] = b.ext(X.buf, X.base, (D, geo.N, I), (0, X.V, 1), X.dtype)
+        ins["w_in"] = dir_weight(call, b, l, "W", (g * H, I))
+        for role, kind, present in (("b_x", "bW", cfg.has_bW), ("b_h", "bR", cfg.has_bR)):
+            if present:
+                ins[role] = dir_weight(call, b, l, kind, (1, g * H))
+    else:
+        ins["gx"] = gx
     if cfg.proj:
         ins["wr"] = dir_weight(call, b, l, "Wr", (cfg.P, H))
     if cfg.mode == "GRU" and cfg.has_bR:
@@ -539,7 +562,7 @@ def build_fwd_rec(call: Call, l: int) -> bg.GraphBuilder:
             ins["y_in"] = b.ext(Y.buf, Y.base, y.dims, y.strides, Y.dtype, "y_in")
     if cfg.clip:
         ins["lclip"], ins["rclip"] = b.scalar("lclip"), b.scalar("rclip")
-    outs = {"y": y}
+    outs = {"y": y, "gx": gx} if fused else {"y": y}
     for name, width in (("hy", Ho), ("cy", H)):
         if name in call.present and (name == "hy" or cfg.mode == "LSTM"):
             outs[name] = dir_state(call, b, name, l, width)
@@ -721,7 +744,8 @@ def stages(call: Call, kind: str) -> list:
     if kind == "forward":
         out = []
         for l in range(L):
-            out += [(f"fproj{l}", build_fwd_proj, l), (f"frec{l}", build_fwd_rec, l)]
+            out += [(f"flayer{l}", build_fwd_layer, l)] if fused_layer(call, l) else \
+                [(f"fproj{l}", build_fwd_proj, l), (f"frec{l}", build_fwd_rec, l)]
         return out
     if kind == "backward_data":
         out = []

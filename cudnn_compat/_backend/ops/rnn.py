@@ -46,7 +46,12 @@ same way, as tensors.)
   (= projSize for an LSTM with projection, else H), g gates (RELU/TANH 1, LSTM 4, GRU 3).
   Every tensor has a leading direction dim (any stride); "rows" are the N vectors of a sequence
   buffer: vector (t, b) of direction d is row ``row_base(t) + b * row_bstride`` (``row_map``).
-  inputs  ``gx``     (D, N, g*H)  input projection + biases (for GRU gate n: W_n x + bW_n only)
+  inputs  ``gx``     (D, N, g*H)  input projection + biases (for GRU gate n: W_n x + bW_n only);
+                     or, instead, the projection's operands, and ``gx`` an output:
+          ``x``      (D, N, I)    the layer's input rows (direction stride 0: one buffer)
+          ``w_in``   (D, g*H, I)  input weights W, the g gate matrices stacked (weight space)
+          ``b_x``, ``b_h`` (D, 1, g*H) input and recurrent biases bW, bR (each optional)
+                     gx = x W_in^T + b_x + b_h, GRU: b_h of gates r and z only (its gate n is b_rec)
           ``w_rec``  (D, g*H, Ho) recurrent weights R, the g gate matrices stacked (weight space)
           ``wr``     (D, Ho, H)   LSTM projection matrix (present iff projection)
           ``b_rec``  (D, 1, H)    GRU recurrent bias of gate n (bR_n, inside r * (R_n h + bR_n))
@@ -55,6 +60,8 @@ same way, as tensors.)
           ``fill``   by value: padding rows of y are set to it (wins over y_in)
           ``lclip``, ``rclip`` by value: LSTM cell clip bounds (present iff attr clip)
   outputs ``y``      (D, N, Ho)   h_t at row (t, b) for t < length_b
+          ``gx``     (D, N, g*H)  with ``x``: the projection above, computed first (the whole layer
+                     one op, so a GPU engine runs it as one program: one CUDA graph per layer)
           ``hy`` (D, B, Ho), ``cy`` (D, B, H): state after each sequence's last step
           training (all or none, per mode): ``acts`` (D, N, g*H) gate activations (LSTM i f g o,
           GRU r z n); ``c_all`` (D, N, H) LSTM cell state after clipping; ``hpre`` (D, N, H)
@@ -142,12 +149,13 @@ def recurrence_shapes(op) -> dict:
     D, gH, Ho = op.inputs["w_rec"].dims
     H = gH // GATES[a["mode"]]
     N, B = rows_of(a["layout"], a["T"], a["lengths"]), len(a["lengths"])
-    seq = {"gx": gH, "acts": gH, "dgates": gH, "y": Ho, "y_in": Ho, "dy": Ho, "dr": Ho,
+    I = op.inputs["w_in"].dims[2] if "w_in" in op.inputs else 0
+    seq = {"x": I, "gx": gH, "acts": gH, "dgates": gH, "y": Ho, "y_in": Ho, "dy": Ho, "dr": Ho,
            "c_all": H, "hpre": H, "grn": H, "dgrn": H}
     out = {r: (D, N, w) for r, w in seq.items()}
     out.update({r: (D, B, Ho) for r in ("hx", "hy", "dhy", "dhx")})
     out.update({r: (D, B, H) for r in ("cx", "cy", "dcy", "dcx")})
-    out.update(w_rec=(D, gH, Ho), wr=(D, Ho, H), b_rec=(D, 1, H))
+    out.update(w_rec=(D, gH, Ho), wr=(D, Ho, H), b_rec=(D, 1, H), w_in=(D, gH, I), b_x=(D, 1, gH), b_h=(D, 1, gH))
     return out
 
 
@@ -159,7 +167,7 @@ _MODE_ROLES = {
              {"acts", "c_all", "cx", "dcy", "dcx", "wr", "dr", "lclip", "rclip"}),
     "GRU": ({"b_rec", "acts", "grn"}, {"acts", "grn", "y", "hx", "dgrn"}),
 }
-_COMMON = ({"gx", "w_rec", "hx", "y_in", "fill", "y", "hy"}, {"dy", "w_rec", "dhy", "dgates", "dhx"})
+_COMMON = ({"gx", "x", "w_in", "b_x", "b_h", "w_rec", "hx", "y_in", "fill", "y", "hy"}, {"dy", "w_rec", "dhy", "dgates", "dhx"})
 
 
 def _recurrence(i, op, backward: bool):
@@ -189,6 +197,12 @@ def _recurrence(i, op, backward: bool):
     for role, t in roles.items():
         if role not in allowed:
             fail(i, op, "RNN_ROLES", f"role {role!r} does not apply to mode {mode}")
+    if not backward:
+        fused = "x" in op.inputs
+        if fused != ("w_in" in op.inputs) or fused != ("gx" in op.outputs) or ("gx" in op.inputs) == fused \
+                or (not fused and ({"b_x", "b_h"} & set(op.inputs))):
+            fail(i, op, "RNN_ROLES", "gx is an input, or an output with inputs x and w_in (and the biases "
+                                     "b_x, b_h only then)")
     shapes = recurrence_shapes(op)
     for role, t in roles.items():
         if role in ("fill", "lclip", "rclip"):
@@ -230,8 +244,8 @@ def _rnn_recurrence_backward(i, op):
 KINDS = {
     "Rng": OpSpec(("seed", "offset"), (), ("y",), ("offset_out",), rule=_rng),
     "RNNRecurrence": OpSpec(
-        ("gx", "w_rec"), ("wr", "b_rec", "hx", "cx", "y_in", "fill", "lclip", "rclip"),
-        ("y",), ("hy", "cy", "acts", "c_all", "hpre", "grn"), rule=_rnn_recurrence),
+        ("w_rec",), ("gx", "x", "w_in", "b_x", "b_h", "wr", "b_rec", "hx", "cx", "y_in", "fill", "lclip", "rclip"),
+        ("y",), ("gx", "hy", "cy", "acts", "c_all", "hpre", "grn"), rule=_rnn_recurrence),
     "RNNRecurrenceBackward": OpSpec(
         ("dy", "w_rec"), ("y", "acts", "c_all", "grn", "wr", "hx", "cx", "dhy", "dcy", "lclip", "rclip"),
         ("dgates",), ("dgrn", "dr", "dhx", "dcx"), rule=_rnn_recurrence_backward),

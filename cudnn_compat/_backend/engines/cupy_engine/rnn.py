@@ -491,11 +491,48 @@ def _weight_gemm(g: _Geo, weight: str, transa: bool, src: str, k: int, dst: str,
                 (dst, 0), m, g.B * m, g.D, beta, g.compute)
 
 
+def bias_spec(g: _Geo, biases: tuple) -> tuple:
+    """(spec, args) setting every row of gx to the sum of the ``biases`` roles (b_x, b_h: (D, 1,
+    g*H); GRU: b_h of gates r and z only), before the input projection's GEMM adds x W_in^T."""
+    R, gx = g.roles, g.roles["gx"]
+    C = _C(gx.dtype)
+    D, N, gH = g.D, g.N, g.gH
+    p = _Params()
+    p.ptr(STORAGE[gx.dtype], "gx", "gx")
+    terms = []
+    for role in biases:
+        t = R[role]
+        p.ptr(STORAGE[t.dtype], role, role, const=True)
+        v = load_expr(t.dtype, f"{role}[{t.strides[0]}LL * d + j]", C)
+        terms.append(f"(j < {2 * g.H}LL ? {v} : {C}(0))" if role == "b_h" and g.mode == "GRU" else v)
+    s = gx.strides
+    body = f"""  const long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= {D * N * gH}LL) return;
+  const long long j = n % {gH}, r = (n / {gH}) % {N}, d = n / ({gH}LL * {N});
+  gx[{s[0]}LL * d + {s[1]}LL * r + j] = {store_expr(gx.dtype, " + ".join(terms), C)};
+"""
+    return _spec("rnnbias", p, body, D * N * gH), p.args
+
+
+def _projection(g: _Geo) -> list:
+    """The op's ``x`` form: gx = x W_in^T (+ b_x + b_h, filled in first: the GEMM then adds with
+    beta 1), one GEMM batched over the directions (x's direction stride is 0)."""
+    R = g.roles
+    x, w, gx = R["x"], R["w_in"], R["gx"]
+    biases = tuple(r for r in ("b_x", "b_h") if r in R)
+    out = [Launch(*bias_spec(g, biases))] if biases else []
+    out.append(Gemm(True, False, g.gH, g.N, w.dims[2], ("w_in", 0), w.strides[1], w.strides[0], ("x", 0), x.strides[1],
+                    x.strides[0], ("gx", 0), gx.strides[1], gx.strides[0], g.D, 1.0 if biases else 0.0, g.compute))
+    return out
+
+
 def forward_program(op) -> Program:
     g, prog = _program(op, False)
     R = g.roles
     D, B, H, gH, Ho = g.D, g.B, g.H, g.gH, g.Ho
     ins = prog.instrs
+    if "x" in R:
+        ins.extend(_projection(g))
     if "y_in" in R and "fill" not in R:
         spec, args = copy_spec((D, g.N, Ho), ("y_in", g.st("y_in")), ("y", g.st("y")), R["y"].dtype, R["y_in"].dtype)
         ins.append(Launch(spec, args, skip_if_same=("y_in", "y")))

@@ -4,9 +4,9 @@ the compute dtype ``dt``.  The definitions (roles, row maps, padding, clip and N
 cudnn_compat/_backend/ops/rnn.py; the step order and the row bookkeeping are the reference engine's
 (reference/rnn.py ``_steps``), so both engines walk the same rows.
 
-The input projection x W^T + b of every time step is one Matmul op before this one (the graph
-batches it over the whole sequence); here only the recurrent GEMM h R^T (and dG R backward)
-runs per step, on the active rows, as one BLAS call over all gates.  Gate activations are
+The input projection x W^T + b of every time step is one Matmul over the whole sequence: before
+the loop (the op's ``x`` form) or a Matmul op before this one.  Per step only the recurrent GEMM
+h R^T (and dG R backward) runs, on the active rows, as one BLAS call over all gates.  Gate activations are
 computed in place on the step's pre-activation block (LSTM i f g o, GRU r z n), which is then
 the ``acts`` row block; rows and active sequences are basic slices where they are contiguous
 (SEQ and PACKED layouts, sorted lengths), else index arrays.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference.rnn import _clip, _padding_rows, _steps
+from ..reference.rnn import _clip, _padding_rows, _steps, input_projection
 from ._kernels import kernel
 
 GATES = {"RELU": 1, "TANH": 1, "LSTM": 4, "GRU": 3}
@@ -74,7 +74,12 @@ def _walk(a, reverse):
 def rnn_recurrence(op, ins, dt, out):
     """The forward recurrence (ops/rnn.py RNNRecurrence), one GEMM per step and direction."""
     a, R, B, Ho, H, res = _prelude(op, ins, out, dt, "y_in")
-    mode, clip, gx = a["mode"], a.get("clip"), ins["gx"]
+    mode, clip = a["mode"], a.get("clip")
+    if "x" in ins:  # the layer's input projection first (ops/rnn.py)
+        gx = res["gx"]
+        gx[...] = input_projection(ins, mode, dt)
+    else:
+        gx = ins["gx"]
     pad = _padding_rows(a)
     if pad.size:  # before any other write: y may be y_in's memory
         res["y"][:, pad] = ins["fill"] if "fill" in ins else ins["y_in"][:, pad]

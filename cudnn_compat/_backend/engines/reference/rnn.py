@@ -117,18 +117,32 @@ def _padding_rows(a):
     return np.array([base[t] + b * bs for b, n in enumerate(lengths) for t in range(n, T)], int)
 
 
+def input_projection(ins, mode: str, dt=np.float64) -> np.ndarray:
+    """An RNNRecurrence's gx from its ``x`` (ops/rnn.py): gx = x W_in^T + b_x + b_h, GRU: b_h of
+    gates r and z only (its gate n is inside r * (R_n h + bR_n)); every direction, in ``dt``."""
+    gx = np.matmul(np.asarray(ins["x"], dt), np.swapaxes(np.asarray(ins["w_in"], dt), 1, 2))
+    if "b_x" in ins:
+        gx += ins["b_x"]
+    if "b_h" in ins:
+        cols = 2 * gx.shape[2] // 3 if mode == "GRU" else gx.shape[2]
+        gx[..., :cols] += ins["b_h"][..., :cols]
+    return gx
+
+
 @kernel("RNNRecurrence")
 def rnn_recurrence(op, ins):
-    """The per-step loop, all directions; float64 throughout."""
+    """The per-step loop, all directions; float64 throughout.  With ``x``: gx = input_projection first."""
     a, outs = op.attrs, op.outputs
     mode, clip = a["mode"], a.get("clip")
-    gx, R = ins["gx"], ins["w_rec"]
+    gx, R = input_projection(ins, mode) if "x" in ins else ins["gx"], ins["w_rec"]
     D, N, gH = gx.shape
     Ho = R.shape[2]
     B = len(a["lengths"])
     g = {"RELU": 1, "TANH": 1, "LSTM": 4, "GRU": 3}[mode]
     H = gH // g
     res = {role: np.zeros(t.dims) for role, t in outs.items()}
+    if "x" in ins:
+        res["gx"] = gx
     pad = _padding_rows(a)
     if pad.size:
         if "fill" in ins:
