@@ -3,8 +3,9 @@ bidirectional, fp32 (DEFAULT_MATH: TF32 permitted, as 002 says for Ampere and la
 (TENSOR_OP_MATH, float math precision), SEQ_MAJOR_UNPACKED, zero initial states given as hx/cx.
 
   ours_train / ours_infer  cudnn_compat.cudnnRNNForward on a GPU handle, CUDNN_FWD_MODE_TRAINING
-                           / INFERENCE (the whole cached legacy call: 2 graphs per layer, input
-                           projection + RNNRecurrence, the recurrence replayed as a CUDA graph)
+                           / INFERENCE (the whole cached legacy call: one graph per layer, the
+                           RNNRecurrence op with its input projection inside, replayed as a CUDA graph;
+                           fp16's second layer reads float rows: a projection graph before it)
   cudnn_train / _infer     the real cudnnRNNForward of libcudnn 9 (ALGO_STANDARD) via ctypes
   torch_train / _infer     torch.nn.LSTM forward with grad enabled / under no_grad (cuDNN inside)
 

@@ -4,7 +4,7 @@
 step and every direction of that layer).
 
 Why composite recurrence ops.  An RNN layer is an input projection over all time steps (one
-Matmul, kept as such) followed by a recurrence: per step h_t = cell(Gx[t] + h_{t-1} R^T).  The
+Matmul: an op of its own, or inside the recurrence op in its ``x`` form) followed by a recurrence: per step h_t = cell(Gx[t] + h_{t-1} R^T).  The
 IR has no slice or offset concept: a tensor is a whole buffer view, so "row t of Gx" or "gate k
 of the (g*H)-wide pre-activation" can only be expressed as a separate external tensor bound at
 an offset, and the step's gate product must be split into one Matmul per gate so each gate's

@@ -4,7 +4,8 @@
 plan): per time step ONE cuBLAS GEMM over all gates, batched over the directions
 (cublasGemmStridedBatchedEx; both directions advance in the same step, one from each end), and
 ONE generated cell kernel for every (direction, sequence, unit); LSTM projection adds one GEMM
-and one small kernel per step.  The recurrent state lives in scratch buffers (h in the weight
+and one small kernel per step.  The forward op's ``x`` form starts with the input projection: a
+bias kernel and one GEMM over every time step, batched over the directions (``_projection``).  The recurrent state lives in scratch buffers (h in the weight
 dtype, as the next GEMM's operand; c and the GEMM results in float, double for DOUBLE); a
 sequence past its length is inactive and keeps its state.  A program runs through program.py
 (eager, then captured into a CUDA graph and replayed; the GEMMs through cublas.py).  A persistent kernel would save the launch
