@@ -10,7 +10,7 @@ A call becomes a short sequence of graphs, each cached per signature:
                                    written to the workspace
                           rec(l)   ONE RNNRecurrence op: every step of every direction (h to y
                                    or the layer's output buffer; training also saves the gate
-                                   activations, c, ... in the reserve space)
+                                   activations, c, ...); ``fused_layer``: proj inside it, one graph
   backward data, l = top..0:  brec(l) ONE RNNRecurrenceBackward op: gate gradients dG of every
                                    step (to the reserve space, for backward weights)
                           bproj(l) dX_l = sum_dir dG W (one Matmul per direction)
@@ -43,7 +43,7 @@ after backward data, the gate gradients that backward weights reads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 from cudnn_compat._backend import dtypes
 from cudnn_compat._backend.ir import Tensor
@@ -507,21 +507,15 @@ def dir_state(call: Call, b, name: str, l: int, width: int) -> Tensor:
 
 
 def fused_layer(call: Call, l: int) -> bool:
-    """Layer l runs as one op (RNNRecurrence's ``x`` form: its input projection inside, so a GPU
-    engine runs the layer as one program, one CUDA graph): it has input weights, no dropout mask
-    on its input, and its input rows hold the weights' data type (a GEMM's operands share one)."""
+    """Layer l is one op (RNNRecurrence's ``x`` form, the input projection inside: one program, one
+    CUDA graph on a GPU engine): it has input weights, no dropout mask on its input, and input
+    rows of the weights' data type (a GEMM's operands share one)."""
     return call.geo.N > 0 and call.cfg.has_W(l) and not (l >= 1 and call.dropout > 0) \
         and call.X(l).dtype == call.cfg.dtype
 
 
-def build_fwd_layer(call: Call, l: int) -> bg.GraphBuilder:
-    """Layer l as one RNNRecurrence op, the input projection inside (``fused_layer``)."""
-    return build_fwd_rec(call, l, fused=True)
-
-
 def build_fwd_rec(call: Call, l: int, fused: bool = False) -> bg.GraphBuilder:
-    """One RNNRecurrence op: every step and direction of layer l (``fused``: its gx computed by the
-    op from x, W and the biases, ops/rnn.py; else read from the projection stage's output)."""
+    """One RNNRecurrence op: every step and direction of layer l (``fused``: in its x form)."""
     cfg, geo = call.cfg, call.geo
     b = call.builder(f"RNNForward.{'layer' if fused else 'rec'}{l}")
     H, g, Ho, D = cfg.H, cfg.g, cfg.Hout, cfg.D
@@ -541,9 +535,8 @@ def build_fwd_rec(call: Call, l: int, fused: bool = False) -> bg.GraphBuilder:
         X, I = call.X(l), cfg.layer_in(l)
         ins["x"] = b.ext(X.buf, X.base, (D, geo.N, I), (0, X.V, 1), X.dtype)
         ins["w_in"] = dir_weight(call, b, l, "W", (g * H, I))
-        for role, kind, present in (("b_x", "bW", cfg.has_bW), ("b_h", "bR", cfg.has_bR)):
-            if present:
-                ins[role] = dir_weight(call, b, l, kind, (1, g * H))
+        ins.update({role: dir_weight(call, b, l, kind, (1, g * H)) for role, kind, present in
+                    (("b_x", "bW", cfg.has_bW), ("b_h", "bR", cfg.has_bR)) if present})
     else:
         ins["gx"] = gx
     if cfg.proj:
@@ -744,7 +737,7 @@ def stages(call: Call, kind: str) -> list:
     if kind == "forward":
         out = []
         for l in range(L):
-            out += [(f"flayer{l}", build_fwd_layer, l)] if fused_layer(call, l) else \
+            out += [(f"flayer{l}", partial(build_fwd_rec, fused=True), l)] if fused_layer(call, l) else \
                 [(f"fproj{l}", build_fwd_proj, l), (f"frec{l}", build_fwd_rec, l)]
         return out
     if kind == "backward_data":
