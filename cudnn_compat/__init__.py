@@ -19,7 +19,7 @@ from .errors import STATUS, CuDNNArgumentError, CuDNNError, getErrorString  # no
 from ._version import __version__  # noqa: F401 - the one place it is written
 
 # Family modules register their functions with ``_core.registry.legacy`` on import.
-_FAMILIES = ["handle", "tensor", "tensor_ops", "convolution.descriptor", "convolution.api", "activation", "softmax",
+_FAMILIES = ["handle", "tensor", "tensor_ops", "convolution.descriptor", "convolution.api", "convolution.bias_act", "activation", "softmax",
              "pooling", "lrn", "batchnorm", "dropout", "rnn", "attention.descriptor", "attention.compute", "ctc", "spatial",
              "normalization", "fused_ops", "transform", "algorithm", "misc", "convolution.legacy", "graph_api.api"]
 for _m in _FAMILIES:

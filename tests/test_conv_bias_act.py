@@ -82,6 +82,79 @@ def test_half(handle, rng):
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=3e-3, atol=3e-3 * np.abs(want).max())
 
 
+# -- the split form (convolution/bias_act.py: what the GPU place runs when no native engine fuses) ----
+
+@pytest.fixture
+def split(monkeypatch):
+    """Every call of the test runs in the split form: the plain convolution, then the epilogue graph."""
+    from cudnn_compat._core import call as _call
+    from cudnn_compat.convolution import bias_act
+
+    def force(h, key, build, xd, wd, yd, cd, algo):
+        _call.plan_for(h, key, build)  # the fused builder's checks first, as the GPU place makes them
+        form = bias_act._SPLIT[key] = bias_act._split_form(xd, wd, yd, cd, algo)
+        return form
+    monkeypatch.setattr(bias_act, "_use_split", force)
+    yield bias_act
+    bias_act._SPLIT.clear()
+
+
+def _epilogues() -> int:
+    return sum("ConvolutionBiasActivationForward.epilogue" in k for k in CACHE._d)
+
+
+@pytest.mark.parametrize("z_form", ["distinct", "is_y", "unread"])
+@pytest.mark.parametrize("act, algo", [(RELU, GEMM), (IDENTITY, PRECOMP)])
+def test_split_form_matches_the_formula(handle, rng, split, z_form, act, algo):
+    """z a buffer of its own (added by the epilogue), z is y (the convolution's blend adds it),
+    alpha2 == 0 (NaN in z must not leak); twice, with new x values (no replay of the first call)."""
+    w, bias, z0 = rng.standard_normal(WS), rng.standard_normal(WS[0]), rng.standard_normal(YS)
+    a2 = 0.0 if z_form == "unread" else -0.6
+    for _ in range(2):
+        x = rng.standard_normal(XS)
+        y = z0.copy() if z_form == "is_y" else np.full(YS, np.nan)
+        z = y if z_form == "is_y" else (z0.copy() if z_form == "distinct" else np.full(YS, np.nan))
+        run(handle, x, w, z, bias, y, 0.7, a2, act, algo, DOUBLE)
+        want = formula(x, w, z0 if a2 else np.zeros(YS), bias, 0.7, a2, act == RELU)
+        np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+    assert _epilogues() >= 1
+
+
+@pytest.mark.parametrize("dtype, st, tol", [(FLOAT, np.float32, 1e-5), (HALF, np.float16, 3e-3)])
+def test_split_form_reduced_precision(handle, rng, split, dtype, st, tol):
+    """The sum before the bias is stored in y's type once: within the type's rounding of the fused result."""
+    x, w = (rng.standard_normal(s).astype(st) for s in (XS, WS))
+    z, bias = rng.standard_normal(YS).astype(st), rng.standard_normal(WS[0]).astype(st)
+    y = np.zeros(YS, st)
+    run(handle, x, w, z, bias, y, 0.5, 2.0, dtype=dtype)
+    want = formula(*(v.astype(np.float64) for v in (x, w, z, bias)), 0.5, 2.0, True)
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol * np.abs(want).max())
+    assert _epilogues() >= 1
+
+
+def test_split_form_checks_every_buffer_before_writing(handle, split):
+    """A bias buffer too small is refused before the convolution writes y."""
+    x, w, z = np.ones(XS), np.ones(WS), np.ones(YS)
+    y = np.full(YS, 4.0)
+    with pytest.raises(cc.CuDNNError) as e:
+        run(handle, x, w, z, np.ones(WS[0] - 1), y, dtype=DOUBLE)
+    assert e.value.status == BAD and "bias" in str(e.value)
+    assert np.all(y == 4.0)
+
+
+def test_split_form_keeps_a_z_that_overlaps_y_fused():
+    """z sharing bytes with y without being it: the convolution would overwrite z before the
+    epilogue reads it, so such a call runs fused (``_apart`` False)."""
+    from cudnn_compat.convolution.bias_act import _apart
+    buf = np.zeros(2 * int(np.prod(YS)))
+    y, yd = buf[:int(np.prod(YS))], cc.cudnnCreateTensorDescriptor()
+    cc.cudnnSetTensor4dDescriptor(yd, cc.CUDNN_TENSOR_NCHW, DOUBLE, *YS)
+    from cudnn_compat.tensor import tensor_desc
+    d = tensor_desc(yd, "yDesc")
+    assert not _apart(buf[5:5 + y.size], y, d) and not _apart(y, buf[3:], d)
+    assert _apart(buf[y.size:], y, d) and _apart(y, np.zeros(YS), d)
+
+
 @pytest.mark.parametrize("kw, status, arg", [
     (dict(act=cc.CUDNN_ACTIVATION_SIGMOID), UNSUP, "activationDesc"),
     (dict(adescr="propagate"), UNSUP, "activationDesc"),  # reluNanOpt must be NOT_PROPAGATE_NAN

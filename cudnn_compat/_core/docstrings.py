@@ -1580,8 +1580,9 @@ DOCS = {
         'call writes nothing.  Reference: docs/api.md, docs/conventions.md (cudnn-compat).\n'
     ),
     'cudnnConvolutionBiasActivationForward': (
-        'y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9); z may alias y,\n'
-        'and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors\n'
+        'y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9), or on the GPU\n'
+        'place where no native engine fuses it (NCHW) as the convolution then an epilogue graph; z may\n'
+        'alias y, and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors\n'
         "and keys on their settings; 002's rules are checked by the builder on a plan-cache miss.\n"
         '\n'
         'CuPy 13 name: convolutionBiasActivationForward.\n'

@@ -20,7 +20,7 @@ import operator
 import time
 from dataclasses import dataclass
 
-from cudnn_compat._backend.ir import Operation, OperationGraph, scalar as scalar_tensor, virtual
+from cudnn_compat._backend.ir import Operation, OperationGraph, virtual
 from cudnn_compat._backend.ops.convolution import output_dims
 from .._core import call as _call
 from .._core.call import ALPHA, BETA, blend, compute_dtype
@@ -581,7 +581,7 @@ def getConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, d
     return _workspace_size(BWD_FILTER, handle, xDesc, dyDesc, convDesc, dwDesc, algo)
 
 
-# -- BackwardBias (002 §6.2.1) and BiasActivationForward (002 §5.2.9) ------------------------------
+# -- BackwardBias (002 §6.2.1; BiasActivationForward, §5.2.9, is convolution/bias_act.py) ----------
 
 @legacy("cudnnConvolutionBackwardBias")
 def convolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db) -> None:
@@ -614,122 +614,6 @@ def _bias_site(handle, dyDesc, dbDesc):
             raise not_supported(name, f"data type {name_of('cudnnDataType_t', dsc.dataType)} is not supported")
     keys = tuple(("ConvolutionBackwardBias", dyd.key(), dbd.key(), bz) for bz in (False, True))
     return h, dyd, dbd, (dyd.dtype == "float64", keys)
-
-
-def _same_layout(a, b) -> bool:
-    return a.dataType == b.dataType and a.dims == b.dims and a.strides == b.strides
-
-
-_ACTIVATION_CLASS: list = []
-
-
-def _activation_class():
-    """The activation family's descriptor class (imported on first use: that family is optional)."""
-    if not _ACTIVATION_CLASS:
-        try:
-            from ..activation import ActivationDescriptor
-        except ImportError:  # pragma: no cover - the activation family is not installed
-            raise not_supported("activationDesc", "activation descriptors are not available") from None
-        _ACTIVATION_CLASS.append(ActivationDescriptor)
-    return _ACTIVATION_CLASS[0]
-
-
-def _bias_act_graph(call: ConvCall, algo, ad, zd, bd, use_z: bool) -> OperationGraph:
-    """Validate a ConvolutionBiasActivationForward signature (002 §5.2.9 'Returns') and build its
-    graph; runs once per signature, on a plan-cache miss, before anything is written.  ``ad``: the
-    resolved activation descriptor."""
-    cd, yd = call.cd, call.yd
-    for name, d in (("xDesc", call.xd), ("wDesc", call.wd), ("yDesc", yd), ("zDesc", zd)):
-        check(d.nbDims == cd.arrayLength + 2, name,
-              f"has {d.nbDims} dims; it must have convDesc arrayLength + 2 = {cd.arrayLength + 2}")
-    mode, nan_opt = ad.mode, ad.reluNanOpt
-    act = ENUMS["cudnnActivationMode_t"]
-    if mode not in (act["CUDNN_ACTIVATION_RELU"], act["CUDNN_ACTIVATION_IDENTITY"]):
-        raise not_supported("activationDesc", f"mode must be CUDNN_ACTIVATION_RELU or CUDNN_ACTIVATION_IDENTITY, got "
-                            f"{name_of('cudnnActivationMode_t', mode)}")
-    if nan_opt != ENUMS["cudnnNanPropagation_t"]["CUDNN_NOT_PROPAGATE_NAN"]:
-        raise not_supported("activationDesc", "reluNanOpt must be CUDNN_NOT_PROPAGATE_NAN")
-    name = _algo(FWD, algo, call)
-    if mode == act["CUDNN_ACTIVATION_IDENTITY"] and name != "IMPLICIT_PRECOMP_GEMM":
-        raise not_supported("algo", "CUDNN_ACTIVATION_IDENTITY works only with CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM")
-    if not _same_layout(zd, yd):
-        raise not_supported("zDesc", "must match yDesc (dims, strides and data type)")
-    k = call.wd.dims[0]
-    if bd.nbDims != yd.nbDims or bd.dims != (1, k) + (1,) * (yd.nbDims - 2):
-        raise not_supported("biasDesc", f"must be 1x{k}" + "x1" * (yd.nbDims - 2) + f" (K of wDesc), got {bd.dims}")
-    if bd.strides[1] != 1:
-        raise not_supported("biasDesc", f"its second stride must be 1, got {bd.strides[1]}")
-    bias_dtype = "float32" if call.config in INT8_CONFIGS else yd.dtype
-    if bd.dtype != bias_dtype:
-        raise not_supported("biasDesc", f"data type must be {bias_dtype} for {call.config}_CONFIG, got {bd.dtype}")
-    relu = mode == act["CUDNN_ACTIVATION_RELU"]
-    conv, out = call.conv_op(name, cd.mathType)
-    c = conv.outputs["y"]
-    ct = compute_dtype(out.dtype)
-    s1, s2 = virtual(SUM_Z, out.dims, ct, "alpha1_conv_alpha2_z"), virtual(SUM_BIAS, out.dims, ct, "plus_bias")
-    a1_t = scalar_tensor(ALPHA, ct, "alpha1")
-    if use_z:
-        add_z = Operation("Pointwise", {"x": c, "b": zd.ir(Z, "z"), "alpha1": a1_t,
-                                        "alpha2": scalar_tensor(ALPHA2, ct, "alpha2")}, {"y": s1}, {"mode": "ADD"})
-    else:
-        add_z = Operation("Pointwise", {"x": c, "alpha1": a1_t}, {"y": s1}, {"mode": "IDENTITY"})
-    add_b = Operation("Pointwise", {"x": s1, "b": bd.ir(BIAS, "bias")}, {"y": s2}, {"mode": "ADD"})
-    act_op = Operation("Pointwise", {"x": s2}, {"y": out},
-                       {"mode": "RELU_FWD", "nan_propagation": "NOT_PROPAGATE"} if relu else {"mode": "IDENTITY"})
-    return OperationGraph([conv, add_z, add_b, act_op], "ConvolutionBiasActivationForward")
-
-
-_CBA_SITES = Memo("cudnnConvolutionBiasActivationForward sites")
-
-
-@legacy("cudnnConvolutionBiasActivationForward")
-def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace,
-                                     workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc,
-                                     yDesc, y) -> None:
-    """y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9); z may alias y,
-    and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
-    and keys on their settings; 002's rules are checked by the builder on a plan-cache miss."""
-    sk = (handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc, activationDesc, algo)
-    h, xd, wd, yd, zd, cd, bd, ad, double, keys = _cba_site(sk, handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc,
-                                                            activationDesc, algo)
-    a1, a2 = scalar(alpha1, "alpha1", double), scalar(alpha2, "alpha2", double)
-    use_z = a2 != 0
-    key = keys[use_z]
-
-    def build():
-        return _bias_act_graph(_checked_call(FWD, xd, wd, yd, cd), algo, ad, zd, bd, use_z)
-
-    tensors = {X: (x, "x"), W: (w, "w"), Y: (y, "y"), BIAS: (bias, "bias")}
-    if use_z:
-        tensors[Z] = (z, "z")
-    _call.run(h, key, build, tensors, {ALPHA: a1, ALPHA2: a2}, workSpace, int(workSpaceSizeInBytes or 0),
-              workspace_arg="workSpaceSizeInBytes")
-
-
-@call_site(_CBA_SITES)
-def _cba_site(handle, xDesc, wDesc, yDesc, zDesc, convDesc, biasDesc, activationDesc, algo):
-    """convolutionBiasActivationForward's descriptors resolved and its plan-cache keys (002's rules:
-    ``_bias_act_graph`` in the builder)."""
-    h = get_handle(handle)
-    xd = tensor_desc(xDesc, "xDesc")
-    wd = resolve(wDesc, FilterDescriptor, "wDesc")
-    yd = tensor_desc(yDesc, "yDesc")
-    zd = tensor_desc(zDesc, "zDesc")
-    cd = resolve(convDesc, ConvolutionDescriptor, "convDesc")
-    bd = tensor_desc(biasDesc, "biasDesc")
-    ad = resolve(activationDesc, _ACTIVATION_CLASS[0] if _ACTIVATION_CLASS else _activation_class(), "activationDesc")
-    double = yd.dataType == D_DOUBLE
-    keys = tuple(("ConvolutionBiasActivationForward", xd.key(), wd.key(), yd.key(), cd.key(), zd.key(), bd.key(),
-                  ad.key(), algo if type(algo) is int else repr(algo), uz) for uz in (False, True))
-    return h, xd, wd, yd, zd, cd, bd, ad, double, keys
-
-
-convolutionBiasActivationForward = steady(  # keys[alpha2 != 0]; z bound always (a plan without z ignores it)
-    convolutionBiasActivationForward, _CBA_SITES,
-    ("handle", "xDesc", "wDesc", "yDesc", "zDesc", "convDesc", "biasDesc", "activationDesc", "algo"),
-    lambda h, xd, wd, yd, zd, cd, bd, ad, dbl, keys: Recipe(
-        h, (keys[True], keys[False]), {"x": X, "w": W, "y": Y, "bias": BIAS, "z": Z}, {"alpha1": ALPHA, "alpha2": ALPHA2},
-        ("alpha2",), workspace=("workSpace", "workSpaceSizeInBytes")))
 
 
 # CuPy 13 spellings that name the same functions (cupy_backends/cuda/cupy_cudnn.h macros).
