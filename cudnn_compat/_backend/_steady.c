@@ -1067,8 +1067,11 @@ static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigne
  *            bound as its address; bytes needed < 0: bound as it is (offset 0)
  *   nulls    positions that must be NULL (None or 0): the buffers the call site was not given
  *   minimum  ((position, n), ...): an int >= n (the size arguments)
- *   stages   ((key, build, ((uid, buffer index, byte offset, argname), ...), ((uid, value), ...)), ...):
- *            the graphs in order, each bound as ``bound_graph.execute`` binds it
+ *   stages   ((key, build, ((uid, buffer index, byte offset, argname), ...), ((uid, value), ...), memo), ...):
+ *            the graphs in order, each bound as ``bound_graph.execute`` binds it; memo a list [the
+ *            buffer addresses as bytes, the tensors dict, the scalars dict] of the stage's last call:
+ *            a call with the same addresses (and no buffer bound as it is) passes the same dicts
+ *            (nothing downstream writes them), a call with others remakes the tensors dict
  * After the checks every stage goes through ``run`` (its prepared call, or the general path), as the
  * Python path's stages do; a stage that raises sends the call to the Python path, which runs it
  * again from the first stage (they write nothing their own inputs depend on) and raises. */
@@ -1098,20 +1101,35 @@ static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *
     }
     unsigned long long ptr[BOUND_MAX];
     PyObject *obj[BOUND_MAX];  /* borrowed: the buffers bound as they are */
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bufs); i++) {
+    int as_is = 0;
+    Py_ssize_t nbufs = PyTuple_GET_SIZE(bufs);
+    for (Py_ssize_t i = 0; i < nbufs; i++) {
         int t = bound_pointer(self, PyTuple_GET_ITEM(bufs, i), args, &ptr[i], &obj[i]);
         if (t <= 0) return t;
+        as_is |= obj[i] != NULL;
     }
     for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(stages); s++) {
         PyObject *st = PyTuple_GET_ITEM(stages, s);
-        if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 4 || !PyTuple_Check(PyTuple_GET_ITEM(st, 2))
-                || !PyTuple_Check(PyTuple_GET_ITEM(st, 3))) {
+        if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 5 || !PyTuple_Check(PyTuple_GET_ITEM(st, 2))
+                || !PyTuple_Check(PyTuple_GET_ITEM(st, 3)) || !PyList_Check(PyTuple_GET_ITEM(st, 4))
+                || PyList_GET_SIZE(PyTuple_GET_ITEM(st, 4)) != 3) {
             PyErr_SetString(PyExc_TypeError, "a stage entry");
             return -1;
         }
-        PyObject *tb = PyTuple_GET_ITEM(st, 2), *sb = PyTuple_GET_ITEM(st, 3);
-        PyObject *tensors = PyDict_New(), *scalars = PyDict_New(), *plan = NULL;
+        PyObject *tb = PyTuple_GET_ITEM(st, 2), *sb = PyTuple_GET_ITEM(st, 3), *memo = PyTuple_GET_ITEM(st, 4);
+        PyObject *tensors = NULL, *scalars = NULL, *plan = NULL, *sig = PyList_GET_ITEM(memo, 0);
         int rc = -1;
+        if (!as_is && PyBytes_Check(sig) && PyBytes_GET_SIZE(sig) == (Py_ssize_t)(nbufs * sizeof(ptr[0]))
+                && memcmp(PyBytes_AS_STRING(sig), ptr, nbufs * sizeof(ptr[0])) == 0
+                && PyDict_CheckExact(PyList_GET_ITEM(memo, 1)) && PyDict_CheckExact(PyList_GET_ITEM(memo, 2))) {
+            tensors = PyList_GET_ITEM(memo, 1);  /* the same addresses as the last call: its dicts */
+            scalars = PyList_GET_ITEM(memo, 2);
+            Py_INCREF(tensors);
+            Py_INCREF(scalars);
+            goto run_stage;
+        }
+        tensors = PyDict_New();
+        scalars = PyDict_New();
         if (tensors == NULL || scalars == NULL) goto stage_done;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tb); i++) {
             PyObject *e = PyTuple_GET_ITEM(tb, i);
@@ -1130,6 +1148,16 @@ static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *
             if (r < 0) goto stage_done;
         }
         if (put_pairs(scalars, sb) < 0) goto stage_done;
+        if (!as_is) {  /* this call's dicts for the next call with these addresses */
+            PyObject *b = PyBytes_FromStringAndSize((const char *)ptr, nbufs * sizeof(ptr[0]));
+            if (b == NULL) goto stage_done;
+            PyList_SetItem(memo, 0, b);  /* steals b */
+            Py_INCREF(tensors);
+            PyList_SetItem(memo, 1, tensors);
+            Py_INCREF(scalars);
+            PyList_SetItem(memo, 2, scalars);
+        }
+    run_stage:
         {  /* every buffer was checked: the stage runs, prepared or by the general path (as bound_graph.execute) */
             PyObject *rargs[5] = {handle, PyTuple_GET_ITEM(st, 0), PyTuple_GET_ITEM(st, 1), tensors, scalars};
             plan = PyObject_Vectorcall(self->run, rargs, 5, NULL);

@@ -176,7 +176,7 @@ class ProgramRun:
         bufs = tuple(pos[u] for _r, u in roles[0])
         scal = tuple(pos[u] for _r, u in roles[1])
         cache, lock, gr = self.cache, self.lock, _graphs.graphs()  # no runtime touched until a call
-        cur = []
+        cur, graph_launch = [], []
 
         def launch(values, stream, workspace=None, workspace_size=0):
             if stream is None:
@@ -195,10 +195,13 @@ class ProgramRun:
                 return False
             with lock:  # release() takes it too: a graph is never launched after it was destroyed
                 entry = cache.get(key)
-                if entry is None or entry.graph is None or entry.graph <= 0 or gr.capturing(sptr):
+                if entry is None or entry.graph is None or entry.graph <= 0 or (sptr and gr.capturing(sptr)):
                     return False
-                cache.move_to_end(key)
-                gr.launch(entry.graph, sptr)
+                if len(cache) > 1:
+                    cache.move_to_end(key)
+                if not graph_launch:
+                    graph_launch.append(gr.launch_function())
+                graph_launch[0](entry.graph, sptr)
             return True
         return launch
 
