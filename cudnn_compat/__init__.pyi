@@ -4232,8 +4232,9 @@ def convolutionBackwardFilter_v3(handle: _Handle | int, alpha: float, xDesc: _Te
     """
 
 def convolutionBiasActivationForward(handle: _Handle | int, alpha1: float, xDesc: _TensorDescriptor | int, x: _Buffer, wDesc: _FilterDescriptor | int, w: _Buffer, convDesc: _ConvolutionDescriptor | int, algo: int, workSpace: _Buffer, workSpaceSizeInBytes: int, alpha2: float, zDesc: _TensorDescriptor | int, z: _Buffer, biasDesc: _TensorDescriptor | int, bias: _Buffer, activationDesc: _ActivationDescriptor | int, yDesc: _TensorDescriptor | int, y: _Buffer) -> None:
-    """y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9); z may alias y,
-    and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
+    """y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9), or on the GPU
+    place where no native engine fuses it (NCHW) as the convolution then an epilogue graph; z may
+    alias y, and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
     and keys on their settings; 002's rules are checked by the builder on a plan-cache miss.
 
     CuPy 13 name: convolutionBiasActivationForward.
@@ -7097,8 +7098,9 @@ def cudnnConvolutionBackwardFilter_v3(handle: _Handle | int, alpha: float, xDesc
     """
 
 def cudnnConvolutionBiasActivationForward(handle: _Handle | int, alpha1: float, xDesc: _TensorDescriptor | int, x: _Buffer, wDesc: _FilterDescriptor | int, w: _Buffer, convDesc: _ConvolutionDescriptor | int, algo: int, workSpace: _Buffer, workSpaceSizeInBytes: int, alpha2: float, zDesc: _TensorDescriptor | int, z: _Buffer, biasDesc: _TensorDescriptor | int, bias: _Buffer, activationDesc: _ActivationDescriptor | int, yDesc: _TensorDescriptor | int, y: _Buffer) -> None:
-    """y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9); z may alias y,
-    and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
+    """y = act(alpha1*conv(x, w) + alpha2*z + bias) as one fused graph (002 §5.2.9), or on the GPU
+    place where no native engine fuses it (NCHW) as the convolution then an epilogue graph; z may
+    alias y, and is not read when alpha2 == 0.  As in ``_compute``, a cached call resolves the descriptors
     and keys on their settings; 002's rules are checked by the builder on a plan-cache miss.
 
     CuPy 13 name: convolutionBiasActivationForward.

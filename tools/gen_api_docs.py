@@ -47,6 +47,7 @@ FAMILIES = {
     "lrn": "LRN and divisive normalization", "batchnorm": "Batch normalization",
     "normalization": "Normalization (cudnnNormalization*)", "dropout": "Dropout",
     "convolution.descriptor": "Convolution descriptors", "convolution.api": "Convolution",
+    "convolution.bias_act": "Convolution with bias and activation",
     "convolution.legacy": "Convolution (cuDNN 7 algorithm queries)",
     "algorithm": "Algorithm descriptors (deprecated)", "fused_ops": "Fused ops", "spatial": "Spatial transformer",
     "rnn.desc": "RNN descriptors", "rnn.weights": "RNN weights", "rnn.v8": "RNN (cuDNN 8 API)",
