@@ -622,7 +622,7 @@ def test_divisive_normalization_3d_and_means_declined(rng):
 RNN_LAYOUTS = {"SEQ": (3, 1, 2), "BATCH": (2, 3, 0), "PACKED": (3, 2, 2)}  # padded SEQ/BATCH, a 0-length one
 
 
-def _rnn_ops(mode, layout, dirs, dtype, proj=False, clip=None):
+def _rnn_ops(mode, layout, dirs, dtype, proj=False, clip=None, x_form=()):
     from cudnn_compat._backend.ops.rnn import GATES, rows_of
     lengths, H, T_ = RNN_LAYOUTS[layout], 3, 3
     D, B, g = len(dirs), len(lengths), GATES[mode]
@@ -633,6 +633,10 @@ def _rnn_ops(mode, layout, dirs, dtype, proj=False, clip=None):
     t = lambda uid, *dims: T(uid, dims, dtype)  # noqa: E731
     fi = {"gx": t(1, D, N, g * H), "w_rec": t(2, D, g * H, Ho), "hx": t(3, D, B, Ho)}
     fo = {"y": t(20, D, N, Ho), "hy": t(21, D, B, Ho), "acts": t(22, D, N, g * H)}
+    if x_form is not None and x_form != ():  # the op's x form: gx computed from x (I = 4), written out
+        fo["gx"] = fi.pop("gx")
+        fi.update(x=T(10, (D, N, 4), dtype, (0, 5, 1)), w_in=t(11, D, g * H, 4))
+        fi.update({role: t(uid, D, 1, g * H) for role, uid in (("b_x", 12), ("b_h", 13)) if role in x_form})
     bi = {"dy": t(40, D, N, Ho), "w_rec": fi["w_rec"], "dhy": t(41, D, B, Ho)}
     bo = {"dgates": t(50, D, N, g * H), "dhx": t(51, D, B, Ho)}
     if mode in ("RELU", "TANH"):
@@ -670,6 +674,17 @@ def test_rnn_recurrence(mode, layout, dirs, dtype, rng):
     data = {t.uid: _buffer(t, rng) for g in (fwd, bwd) for t in g.external_inputs() if not t.is_by_value}
     run_both(fwd, data, {5: -7.0}, "RNNRecurrence", dtype)
     run_both(bwd, data, {}, "RNNRecurrenceBackward", dtype)
+
+
+@pytest.mark.parametrize("biases", [("b_x", "b_h"), ("b_h",), ("none",)], ids=["both", "b_h", "none"])
+@pytest.mark.parametrize("layout", ["SEQ", "PACKED"])
+@pytest.mark.parametrize("mode", ["TANH", "LSTM", "GRU"])
+def test_rnn_recurrence_x_form(mode, layout, biases, rng):
+    """The input projection inside the op (gx = x W_in^T + b_x + b_h, GRU: b_h of gates r, z):
+    gx and every output against the reference engine; x one buffer for both directions."""
+    fwd, _ = _rnn_ops(mode, layout, (False, True), "float32", x_form=biases)
+    data = {t.uid: _buffer(t, rng) for t in fwd.external_inputs() if not t.is_by_value}
+    run_both(fwd, data, {5: -7.0}, "RNNRecurrence")
 
 
 @pytest.mark.parametrize("clip", [None, "PROPAGATE", "NOT_PROPAGATE"])
