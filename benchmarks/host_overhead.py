@@ -27,8 +27,9 @@ add / op / reduce tensor, BN forward training / inference / backward, pooling fw
 softmax fwd/bwd, LRN, dropout forward, RNN forward (cudnnRNNForward, LSTM, inference).
 ``GAPS``: calls measured and printed the same way but kept out of the target, ``mixed`` and the
 max median (JSON ``gaps``), because their cost is an engine-coverage gap rather than the call path:
-conv+bias+act in fp32 NCHW, a fused graph no native engine takes (the cupy engine's im2col
-fallback runs it through its general path).
+conv+bias+act in fp32 NCHW, a fused graph no native engine takes: it runs split (the native
+convolution, then its epilogue, convolution/bias_act.py) on the Python path, the split form
+having no steady recipe.
 
     PYTHONPATH=. python benchmarks/host_overhead.py [--place cpu|gpu] [--calls 10000]
         [--only NAME[,NAME]] [--profile [--profile-calls 2000]] [--root DIR] [--json PATH]

@@ -3,19 +3,19 @@
 ``RNNRecurrence`` / ``RNNRecurrenceBackward`` (one op per layer: the recurrence over every time
 step and every direction of that layer).
 
-Why composite recurrence ops.  An RNN layer is an input projection over all time steps (one
-Matmul: an op of its own, or inside the recurrence op in its ``x`` form) followed by a recurrence: per step h_t = cell(Gx[t] + h_{t-1} R^T).  The
-IR has no slice or offset concept: a tensor is a whole buffer view, so "row t of Gx" or "gate k
-of the (g*H)-wide pre-activation" can only be expressed as a separate external tensor bound at
-an offset, and the step's gate product must be split into one Matmul per gate so each gate's
-result is its own tensor.  A pure Matmul/Pointwise graph of a T=100, 2-layer bidirectional
-LSTM is therefore ~3,400 ops and ~5,000 bindings per call: slow to plan, slow to bind, and it
-cannot reach cuDNN's speed (every step is ~15 launches).  The composite op keeps the whole
-step loop inside one op whose tensors are whole buffers; a GPU engine runs each step as ONE
-GEMM over all gates (and both directions, batched) plus ONE generated cell kernel, captured
-once into a CUDA graph (engines/cupy_engine/rnn.py); the reference kernel is the same per-step
-loop in NumPy (engines/reference/rnn.py).  Compare the backend API of cuDNN itself, which has
-no per-step RNN graph either: its RNN is a legacy-only composite.
+Why composite recurrence ops.  An RNN layer is an input projection over all time steps (one Matmul:
+an op of its own, or inside the recurrence op in its ``x`` form) followed by a recurrence: per step
+h_t = cell(Gx[t] + h_{t-1} R^T).  The IR has no slice or offset concept: a tensor is a whole buffer
+view, so "row t of Gx" or "gate k of the (g*H)-wide pre-activation" can only be expressed as a
+separate external tensor bound at an offset, and the step's gate product must be split into one
+Matmul per gate so each gate's result is its own tensor.  A pure Matmul/Pointwise graph of a T=100,
+2-layer bidirectional LSTM is therefore ~3,400 ops and ~5,000 bindings per call: slow to plan, slow
+to bind, and it cannot reach cuDNN's speed (every step is ~15 launches).  The composite op keeps
+the whole step loop inside one op whose tensors are whole buffers; a GPU engine runs each step as
+ONE GEMM over all gates (and both directions, batched) plus ONE generated cell kernel, captured
+once into a CUDA graph (engines/cupy_engine/rnn.py); the reference kernel is the same per-step loop
+in NumPy (engines/reference/rnn.py).  Compare the backend API of cuDNN itself, which has no
+per-step RNN graph either: its RNN is a legacy-only composite.
 
 (002 §3.2.34 cudnnDropoutForward; the backend RNG operation of cuDNN 9 takes seed and offset the
 same way, as tensors.)

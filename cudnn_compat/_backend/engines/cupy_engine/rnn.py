@@ -2,15 +2,16 @@
 
 ``RNNRecurrence`` / ``RNNRecurrenceBackward`` become a *program* (pure Python, built once per
 plan): per time step ONE cuBLAS GEMM over all gates, batched over the directions
-(cublasGemmStridedBatchedEx; both directions advance in the same step, one from each end), and
-ONE generated cell kernel for every (direction, sequence, unit); LSTM projection adds one GEMM
-and one small kernel per step.  The forward op's ``x`` form starts with the input projection: a
-bias kernel and one GEMM over every time step, batched over the directions (``_projection``).  The recurrent state lives in scratch buffers (h in the weight
-dtype, as the next GEMM's operand; c and the GEMM results in float, double for DOUBLE); a
-sequence past its length is inactive and keeps its state.  A program runs through program.py
-(eager, then captured into a CUDA graph and replayed; the GEMMs through cublas.py).  A persistent kernel would save the launch
-gaps too but needs the weights resident in shared memory/registers, which does not fit at
-H = 512 (4 MiB of LSTM fp32 weights), so the GEMM + cell pair stays.
+(cublasGemmStridedBatchedEx; both directions advance in the same step, one from each end), and ONE
+generated cell kernel for every (direction, sequence, unit); LSTM projection adds one GEMM and one
+small kernel per step.  The forward op's ``x`` form starts with the input projection: a bias kernel
+and one GEMM over every time step, batched over the directions (``_projection``). The recurrent
+state lives in scratch buffers (h in the weight dtype, as the next GEMM's operand; c and the GEMM
+results in float, double for DOUBLE); a sequence past its length is inactive and keeps its state.
+A program runs through program.py (eager, then captured into a CUDA graph and replayed; the GEMMs
+through cublas.py).  A persistent kernel would save the launch gaps too but needs the weights
+resident in shared memory/registers, which does not fit at H = 512 (4 MiB of LSTM fp32 weights), so
+the GEMM + cell pair stays.
 
 ``Rng``: one thread per Philox4x32-10 block of 4 mask elements, exactly the reference's
 counter layout and threshold (bit-identical masks); the element-wise ops on the mask that follow

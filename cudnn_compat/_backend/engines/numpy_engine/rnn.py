@@ -4,13 +4,13 @@ the compute dtype ``dt``.  The definitions (roles, row maps, padding, clip and N
 cudnn_compat/_backend/ops/rnn.py; the step order and the row bookkeeping are the reference engine's
 (reference/rnn.py ``_steps``), so both engines walk the same rows.
 
-The input projection x W^T + b of every time step is one Matmul over the whole sequence: before
-the loop (the op's ``x`` form) or a Matmul op before this one.  Per step only the recurrent GEMM
-h R^T (and dG R backward) runs, on the active rows, as one BLAS call over all gates.  Gate activations are
-computed in place on the step's pre-activation block (LSTM i f g o, GRU r z n), which is then
-the ``acts`` row block; rows and active sequences are basic slices where they are contiguous
-(SEQ and PACKED layouts, sorted lengths), else index arrays.
-Temporaries: per step a few arrays of (active rows, g*H); the states (B, Ho) and (B, H).
+The input projection x W^T + b of every time step is one Matmul over the whole sequence: before the
+loop (the op's ``x`` form) or a Matmul op before this one.  Per step only the recurrent GEMM h R^T
+(and dG R backward) runs, on the active rows, as one BLAS call over all gates.  Gate activations
+are computed in place on the step's pre-activation block (LSTM i f g o, GRU r z n), which is then
+the ``acts`` row block; rows and active sequences are basic slices where they are contiguous (SEQ
+and PACKED layouts, sorted lengths), else index arrays. Temporaries: per step a few arrays of
+(active rows, g*H); the states (B, Ho) and (B, H).
 """
 from __future__ import annotations
 
