@@ -10,6 +10,7 @@ reference engine on a CPU handle, over fp32/fp16/bf16, NCHW/NHWC, groups, dilati
 stride, padding, alpha/beta (beta=0 with NaN in y); a matmul epilogue; fallback; the
 lean cached path; the cuDNN 9 enum values against the installed header.
 """
+import collections
 import os
 import re
 
@@ -1223,13 +1224,39 @@ def _values(plan, x, w, y, alpha=1.0, beta=1.0):
     return tuple(by[u] for u in plan.launch_order)
 
 
-def test_replay_table_launches_seen_calls_and_forgets_what_goes_away(fake_cudnn, monkeypatch):
+@pytest.fixture(params=["twin", "compiled"])
+def replay(request, fake_cudnn, monkeypatch):
+    """``fake_cudnn`` with the plans' ``launch`` the Python twin (``CudnnPlan.launch_py``) or the
+    compiled replay (``_steady.Replay`` over the extension's recording graph-launch stub, as
+    ``Graphs.launch_address`` gives cuGraphLaunch's address on a GPU): (plan, executes, launched),
+    ``launched()`` every graph launch so far as (graphExec, stream), through either."""
+    from cudnn_compat._backend import steady as steady_mod
+    from cudnn_compat._backend.engines import graphs as graphs_mod
+    plan, executes, _ = fake_cudnn
+    ext = None
+    if request.param == "compiled":
+        ext = steady_mod.module()
+        if ext is None:
+            pytest.skip("the compiled steady path is not built")
+        gr = graphs_mod.graphs()
+        monkeypatch.setattr(gr, "launch_address", lambda: ext.graph_stub(), raising=False)
+        monkeypatch.setattr(gr, "error_type", lambda: RuntimeError, raising=False)
+        plan.launch = plan._launcher()
+        assert type(plan.launch) is ext.Replay
+
+    def launched():
+        compiled = [(f, s) for f, _g, _b, _shm, s, _a in ext.stub_calls()] if ext is not None else []
+        return plan.rt.launches + compiled
+    return plan, executes, launched
+
+
+def test_replay_table_launches_seen_calls_and_forgets_what_goes_away(replay, monkeypatch):
     """The launcher's first look: a call whose graph was captured is one graph launch without
     ``_run``; other pointers, scalars, a workspace other than the one captured, or a stream the
     caller is capturing go through ``_run``; a graph dropped from the LRU or by ``release`` is
-    never launched from the table."""
+    never launched from the table.  The same for the compiled launcher and its twin."""
     from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
-    plan, executes, _ = fake_cudnn
+    plan, executes, launched = replay
     rt = plan.rt
     runs = []
     real_run = plan_mod.CudnnPlan._run
@@ -1237,56 +1264,85 @@ def test_replay_table_launches_seen_calls_and_forgets_what_goes_away(fake_cudnn,
     v = _values(plan, 0x1000, 0x2000, 0x3000)
     plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # executed
     plan.execute(_pack(0x1000, 0x2000, 0x3000), None)  # captured, launched: now in the table
-    assert list(plan._replay) == [(v, 0)] and len(rt.launches) == 1
+    assert list(plan._replay) == [(v, 0)] and len(launched()) == 1
     del runs[:]
+    stats = dict(plan_mod.STATS)
+    plan._unseen = 3
     for _ in range(3):
         assert plan.launch(v, None)
-    assert not runs and len(rt.launches) == 4 and {e for e, _s in rt.launches} == {plan._replay[(v, 0)][0]}
+    assert not runs and len(launched()) == 4 and set(launched()) == {(plan._replay[(v, 0)][0], 0)}
+    assert plan_mod.STATS["graph_launches"] == stats["graph_launches"] + 3 and plan._unseen == 0
     # other values: _run (a pack not made yet: the prepared call declines, nothing runs)
     for other in (_values(plan, 0x1000, 0x2000, 0x4000), _values(plan, 0x1000, 0x2000, 0x3000, 2.0)):
         assert not plan.launch(other, None)
-    assert len(runs) == 2 and len(executes) == 1 and len(rt.launches) == 4
+    assert len(runs) == 2 and len(executes) == 1 and len(launched()) == 4
+    # an unhashable value (a 0-d array's stand-in): declined, nothing runs (``execute`` takes it)
+    assert not plan.launch(v[:-1] + ([1.0],), None) and len(runs) == 2 and len(launched()) == 4
     # the caller capturing that stream: _run, which executes into the caller's capture
     plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
     plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
     assert (v, 0x5150) in plan._replay
+    assert plan.launch(v, types_stream(0x5150)) and launched()[-1] == (plan._replay[(v, 0x5150)][0], 0x5150)
     rt.user_capturing.add(0x5150)
-    n_exec, n_launch = len(executes), len(rt.launches)
+    n_exec, n_launch = len(executes), len(launched())
     assert plan.launch(v, 0x5150)
-    assert len(executes) == n_exec + 1 and len(rt.launches) == n_launch
+    assert len(executes) == n_exec + 1 and len(launched()) == n_launch
     rt.user_capturing.clear()
     # the LRU drops the oldest graph: the table is emptied, no destroyed graph is launched again
     for k in range(plan_mod.GRAPHS):
         for _ in range(2):
             plan.execute(_pack(0x1000, 0x2000, 0x100000 * (k + 1)), None)
     assert rt.destroyed_execs and len(plan._replay) < plan_mod.GRAPHS
-    n_launch = len(rt.launches)
+    before = collections.Counter(launched())  # the two launchers' logs: compared as counts, not in order
     plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
     plan.launch(v, None)
-    assert not {e for e, _s in rt.launches[n_launch:]} & set(rt.destroyed_execs)
+    assert not {e for e, _s in collections.Counter(launched()) - before} & set(rt.destroyed_execs)
     plan.release()
-    assert not plan._replay and not plan.launch(v, None)
+    n_launch = len(launched())
+    assert not plan._replay and not plan.launch(v, None) and len(launched()) == n_launch
 
 
-def test_replay_table_checks_the_workspace(fake_cudnn):
+def test_replay_table_checks_the_workspace(replay):
     """A plan that needs a workspace: the graph captured with the caller's workspace A is replayed
     for A only; workspace B (or one too small) goes through ``_run`` and its own pack."""
     from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
-    plan, executes, _ = fake_cudnn
+    plan, executes, launched = replay
     base = _FakeDesc("EXECUTION_PLAN")
     p = plan_mod.CudnnPlan(plan.graph, plan.config, plan.spec, 77, _Native(), base, 256, [base],
                            plan.spec.representative())
-    rt = plan.rt
+    assert type(p.launch) is type(plan.launch) or p.launch.__func__ is plan_mod.CudnnPlan.launch_py
     v = _values(p, 0x1000, 0x2000, 0x3000)
     for _ in range(2):
         p.execute(_vp({1: 0x1000, 2: 0x2000, 3: 0x3000, 5003: 0x3000, ALPHA: 1.0, BETA: 1.0}, 0x7000, 256), None)
-    assert list(p._replay.values())[0][1:] == (256, 0x7000) and len(rt.launches) == 1
-    assert p.launch(v, None, 0x7000, 512) and len(rt.launches) == 2  # A, large enough: replayed
+    assert list(p._replay.values())[0][1:] == (256, 0x7000) and len(launched()) == 1
+    assert p.launch(v, None, 0x7000, 512) and len(launched()) == 2  # A, large enough: replayed
+    assert p.launch(v, None, types_stream(0x7000), 512) and len(launched()) == 3  # A as an object with .ptr
+    assert not p.launch(v, None, 0x7000, 128)  # A, too small: the plan's own scratch, its pack not made yet
     assert not p.launch(v, None, 0x8000, 256)  # B: its pack is not made yet (the general path makes it)
     n = len(executes)
     p.execute(_vp({1: 0x1000, 2: 0x2000, 3: 0x3000, 5003: 0x3000, ALPHA: 1.0, BETA: 1.0}, 0x8000, 256), None)
-    assert len(executes) == n + 1 and len(rt.launches) == 2  # executed with B, not A's graph
+    assert len(executes) == n + 1 and len(launched()) == 3  # executed with B, not A's graph
     p.release()
+
+
+def test_compiled_replay_raises_the_drivers_error(replay):
+    """A graph launch the driver refuses raises its error (the prepared call's caller logs it and
+    runs the general path, ``planner.launch_failed``); nothing is counted."""
+    from cudnn_compat._backend import steady as steady_mod
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
+    plan, _executes, _launched = replay
+    if type(plan.launch) is not getattr(steady_mod.module(), "Replay", None):
+        pytest.skip("the compiled replay only")
+    v = _values(plan, 0x1000, 0x2000, 0x3000)
+    for _ in range(2):
+        plan.execute(_pack(0x1000, 0x2000, 0x3000), None)
+    steady_mod.module().graph_stub(700)
+    n = plan_mod.STATS["graph_launches"]
+    with pytest.raises(RuntimeError, match="700"):
+        plan.launch(v, None)
+    assert plan_mod.STATS["graph_launches"] == n
+    steady_mod.module().graph_stub(0)
+    assert plan.launch(v, None) and plan_mod.STATS["graph_launches"] == n + 1
 
 
 def test_cuda_graphs_stop_for_calls_that_never_come_back(fake_cudnn):

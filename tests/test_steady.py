@@ -309,8 +309,9 @@ def test_compiled_run_takes_the_workspace_arguments_by_name_too():
 
 
 def test_compiled_objects_in_reference_cycles_are_collected():
-    """A launcher's fallback closure refers back to the FastPath that holds the launcher: the collector must
-    see through the C objects, or an evicted plan keeps its records and buffers alive."""
+    """A launcher's fallback closure refers back to the FastPath that holds the launcher (a replay's to its
+    CudnnPlan): the collector must see through the C objects, or an evicted plan keeps its records and
+    buffers alive."""
     import gc
     import weakref
 
@@ -319,7 +320,9 @@ def test_compiled_objects_in_reference_cycles_are_collected():
     for make in (lambda fb: _steady.Launcher({}, (), (), (), lambda: 0, [0], [False], {}, "K", [], False, fb,
                                              threading.Lock(), _steady.stub(0), RuntimeError),
                  lambda fb: _steady.Run(fb, [], {}, {}, {}, {}, (), threading.local(), lambda: 0, lambda k: 0, 7,
-                                        lambda p, e: False, [])):
+                                        lambda p, e: False, []),
+                 lambda fb: _steady.Replay([{}, 0], lambda: 0, lambda s: False, {"graph_launches": 0}, fb,
+                                           _steady.graph_stub(), RuntimeError, lambda w, n, need: 0)):
         h = Holder()
         h.obj = make(lambda *a, h=h: h)
         ref = weakref.ref(h)

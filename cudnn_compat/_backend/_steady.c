@@ -24,9 +24,14 @@
  *         records: the FastPath's dict (stream, alignment outcome) -> (buffer, launches, n, fires)
  *         slots:   ((values index, 'Q' | 'f' | 'd'), ...): the record's variable slots, 8 bytes each
  *
+ *   Replay(state, cur, capturing, stats, fallback, graph_launch_address, error, given)
+ *       a cudnn plan's launch(values, stream, workspace=None, workspace_size=0) -> bool (Python twin:
+ *       cudnn_engine/plan.py CudnnPlan.launch_py, its fallback): a call whose CUDA graph was captured
+ *       is one lookup in the plan's replay table and one cuGraphLaunch.
+ *
  * Nothing here releases the GIL, so a record found in ``records`` stays alive (and its buffers with
  * it) for the whole call.  The launch function is given as an address (cuLaunchKernel's, or the
- * recording stub below in tests), so this file links against nothing but Python.
+ * recording stubs below in tests; cuGraphLaunch's for Replay), so this file links against nothing but Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -43,6 +48,11 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
                          unsigned shm, void *stream, void **params, void **extra);
 
 static PyObject *S_dtype, *S_c, *S_f, *S_nbytes, *S_data, *S_ptr;
+
+static PyObject *ZERO, *ONE;  /* the ints 0 and 1 */
+
+/* a NULL buffer argument, as the legacy layer reads one: None or the int 0 */
+static int is_null(PyObject *v) { return v == Py_None || (PyLong_CheckExact(v) && PyObject_Not(v) == 1); }
 
 /* Every object here is a vectorcall object of a struct T with a ``vc`` slot and T_vcall, T_dealloc,
  * T_traverse, T_clear, T_init: STEADY_NEW(T) is its tp_new, STEADY_TYPE(T, flags, doc, ...) its type
@@ -307,6 +317,27 @@ STEADY_TYPE(Values, 0, "Values(entries, order, nd, pointer_min): a plan's values
 /* ---------------------------------------------------------------------------------------------- */
 /* Launcher                                                                                       */
 
+/* the stream a launch goes on (a new reference): ``stream`` when an int, else its .ptr; None: the
+ * current stream, cur() giving its handle or the stream object (its .ptr) */
+static PyObject *stream_of(PyObject *cur, PyObject *stream) {
+    if (stream == Py_None) {
+        PyObject *cs = PyObject_CallNoArgs(cur);
+        if (cs == NULL || PyLong_Check(cs)) return cs;
+        PyObject *p = PyObject_GetAttr(cs, S_ptr);
+        Py_DECREF(cs);
+        return p;
+    }
+    if (PyLong_CheckExact(stream)) { Py_INCREF(stream); return stream; }
+    return PyObject_GetAttr(stream, S_ptr);
+}
+
+/* raise ``error(status)`` (the CUDA driver's error type) for a launch that returned ``status``; NULL */
+static PyObject *launch_error(PyObject *error, int status) {
+    PyObject *e = PyObject_CallFunction(error, "i", status);
+    if (e) { PyErr_SetObject((PyObject *)Py_TYPE(e), e); Py_DECREF(e); }
+    return NULL;
+}
+
 typedef struct {
     void *f;
     unsigned g[3], b[3], shm;
@@ -483,15 +514,7 @@ static PyObject *Launcher_vcall(Launcher *self, PyObject *const *args, size_t na
     if (!d) return call_fallback(self, args, nargs);
     /* the stream */
     unsigned long long sptr;
-    PyObject *sobj;
-    if (stream == Py_None) {  /* the current stream: cur() gives its handle, or the stream (its .ptr) */
-        PyObject *cs = PyObject_CallNoArgs(self->cur);
-        if (cs == NULL) return NULL;
-        if (PyLong_Check(cs)) sobj = cs;
-        else { sobj = PyObject_GetAttr(cs, S_ptr); Py_DECREF(cs); }
-    }
-    else if (PyLong_CheckExact(stream)) { sobj = stream; Py_INCREF(sobj); }
-    else sobj = PyObject_GetAttr(stream, S_ptr);
+    PyObject *sobj = stream_of(self->cur, stream);
     if (sobj == NULL) return NULL;
     sptr = PyLong_AsUnsignedLongLong(sobj);
     if (sptr == (unsigned long long)-1 && PyErr_Occurred()) { Py_DECREF(sobj); return NULL; }
@@ -569,12 +592,7 @@ static PyObject *Launcher_vcall(Launcher *self, PyObject *const *args, size_t na
         Launch *l = &self->launches[k];
         int st = self->launch(l->f, l->g[0], l->g[1], l->g[2], l->b[0], l->b[1], l->b[2], l->shm,
                               (void *)(uintptr_t)sptr, l->params, NULL);
-        if (st) {
-            PyObject *e = PyObject_CallFunction(self->error, "i", st);
-            if (e) { PyErr_SetObject((PyObject *)Py_TYPE(e), e); Py_DECREF(e); }
-            result = NULL;
-            goto release;
-        }
+        if (st) { result = launch_error(self->error, st); goto release; }
     }
     result = Py_True;
 release:
@@ -593,6 +611,138 @@ release:
 STEADY_NEW(Launcher)
 
 STEADY_TYPE(Launcher, 0, "a cupy plan's record launcher (module docstring)")
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Replay                                                                                         */
+/* A cudnn plan's launch(values, stream, workspace=None, workspace_size=0) -> bool for a call whose
+ * CUDA graph was captured (Python twin: cudnn_engine/plan.py CudnnPlan.launch_py, which it calls for
+ * everything else): one look in the plan's replay table, the workspace the graph was captured with,
+ * one cuGraphLaunch.
+ *
+ *   Replay(state, cur, capturing, stats, fallback, graph_launch_address, error, given)
+ *     state      the plan's [replay table, unseen]: table (values, stream) -> (graphExec, workspace
+ *                need, the caller's workspace pointer the graph uses or 0), replaced by a new dict
+ *                before any graph in it is destroyed; unseen set to 0 on a replay
+ *     capturing  capturing(stream) -> whether the caller is capturing that stream (not asked for 0)
+ *     stats      the engine's STATS (its "graph_launches" counted)
+ *     given      _given_workspace(workspace, size, need), for a workspace that is not an int
+ * Nothing here releases the GIL, and a table entry is never a destroyed graph while that table is
+ * the plan's (the plan replaces the table first), so the graph found is launched unlocked. */
+
+typedef int (*graph_launch_fn)(void *exe, void *stream);
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vc;
+    PyObject *state, *cur, *capturing, *stats, *fallback, *error, *given, *counted;
+    graph_launch_fn glaunch;
+} Replay;
+
+#define REPLAY_FIELDS(X) X(state) X(cur) X(capturing) X(stats) X(fallback) X(error) X(given) X(counted)
+
+static int Replay_traverse(Replay *self, visitproc visit, void *arg) {
+#define V(f) Py_VISIT(self->f);
+    REPLAY_FIELDS(V)
+#undef V
+    return 0;
+}
+
+static int Replay_clear(Replay *self) {  /* the fallback is the plan's bound method: a cycle */
+#define C(f) Py_CLEAR(self->f);
+    REPLAY_FIELDS(C)
+#undef C
+    return 0;
+}
+
+static void Replay_dealloc(Replay *self) {
+    PyObject_GC_UnTrack(self);
+    Replay_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+STEADY_NEW(Replay)
+
+static int Replay_init(Replay *self, PyObject *args, PyObject *kw) {
+    PyObject *state, *cur, *capturing, *stats, *fallback, *error, *given;
+    unsigned long long addr;
+    if (!PyArg_ParseTuple(args, "O!OOO!OKOO", &PyList_Type, &state, &cur, &capturing, &PyDict_Type, &stats, &fallback,
+                          &addr, &error, &given))
+        return -1;
+    if (self->state) { PyErr_SetString(PyExc_TypeError, "Replay is initialized once"); return -1; }
+    if (!addr) { PyErr_SetString(PyExc_ValueError, "no graph launch function"); return -1; }
+    if (PyList_GET_SIZE(state) != 2) { PyErr_SetString(PyExc_ValueError, "state is [replay table, unseen]"); return -1; }
+    if (!(self->counted = PyUnicode_InternFromString("graph_launches"))) return -1;
+#define KEEP(field) do { Py_INCREF(field); self->field = field; } while (0)
+    KEEP(state); KEEP(cur); KEEP(capturing); KEEP(stats); KEEP(fallback); KEEP(error); KEEP(given);
+#undef KEEP
+    self->glaunch = (graph_launch_fn)(uintptr_t)addr;
+    return 0;
+}
+
+/* the graph to replay for (values, stream, workspace) as a new reference: NULL with no error when the
+ * fallback decides (no entry, another workspace, a stream being captured, a form not read here) */
+static PyObject *replay_hit(Replay *self, PyObject *const *args, Py_ssize_t nargs, PyObject *sobj) {
+    PyObject *table = PyList_GET_ITEM(self->state, 0);
+    if (!PyDict_Check(table) || PyDict_GET_SIZE(table) == 0) return NULL;
+    PyObject *key = PyTuple_Pack(2, args[0], sobj);
+    if (key == NULL) return NULL;
+    PyObject *hit = PyDict_GetItemWithError(table, key);  /* borrowed: the table is the plan's while we hold the GIL */
+    Py_DECREF(key);
+    if (hit == NULL) { if (PyErr_ExceptionMatches(PyExc_TypeError)) PyErr_Clear(); return NULL; }  /* unhashable */
+    if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 3) return NULL;
+    int need = PyObject_IsTrue(PyTuple_GET_ITEM(hit, 1));
+    if (need < 0) return NULL;
+    if (need) {  /* the graph uses the caller's workspace of then (or the plan's scratch: 0): the same now */
+        PyObject *ws = nargs > 2 ? args[2] : Py_None, *wss = nargs > 3 ? args[3] : ZERO;
+        PyObject *g = PyObject_CallFunctionObjArgs(self->given, ws, wss, PyTuple_GET_ITEM(hit, 1), NULL);
+        if (g == NULL) return NULL;
+        int same = PyObject_RichCompareBool(g, PyTuple_GET_ITEM(hit, 2), Py_EQ);
+        Py_DECREF(g);
+        if (same <= 0) return NULL;
+    }
+    int nz = PyObject_IsTrue(sobj);
+    if (nz < 0) return NULL;
+    if (nz) {
+        PyObject *c = PyObject_CallOneArg(self->capturing, sobj);
+        if (c == NULL) return NULL;
+        int t = PyObject_IsTrue(c);
+        Py_DECREF(c);
+        if (t) return NULL;
+    }
+    PyObject *exe = PyTuple_GET_ITEM(hit, 0);
+    Py_INCREF(exe);
+    return exe;
+}
+
+static PyObject *Replay_vcall(Replay *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->state == NULL) { PyErr_SetString(PyExc_RuntimeError, "a cleared replay"); return NULL; }
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 2 || nargs > 4)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *sobj = stream_of(self->cur, args[1]);
+    if (sobj == NULL) return NULL;
+    if (!PyLong_CheckExact(sobj)) { Py_DECREF(sobj); return PyObject_Vectorcall(self->fallback, args, nargsf, NULL); }
+    PyObject *exe = replay_hit(self, args, nargs, sobj);
+    if (exe == NULL) {
+        Py_DECREF(sobj);
+        if (PyErr_Occurred()) return NULL;
+        return PyObject_Vectorcall(self->fallback, args, nargsf, NULL);
+    }
+    void *e = PyLong_AsVoidPtr(exe), *st = PyLong_AsVoidPtr(sobj);
+    Py_DECREF(exe); Py_DECREF(sobj);
+    if (PyErr_Occurred()) return NULL;
+    int status = self->glaunch(e, st);
+    if (status) return launch_error(self->error, status);
+    PyObject *n = PyDict_GetItemWithError(self->stats, self->counted);
+    if (n == NULL) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "graph_launches"); return NULL; }
+    PyObject *n1 = PyNumber_Add(n, ONE);
+    if (n1 == NULL || PyDict_SetItem(self->stats, self->counted, n1) < 0) { Py_XDECREF(n1); return NULL; }
+    Py_DECREF(n1);
+    if (PyList_GET_ITEM(self->state, 1) != ZERO) { Py_INCREF(ZERO); PyList_SetItem(self->state, 1, ZERO); }
+    Py_RETURN_TRUE;
+}
+
+STEADY_TYPE(Replay, 0, "a cudnn plan's replay launcher (see _steady.c)")
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Run                                                                                            */
@@ -727,7 +877,7 @@ static int run_prepared(Run *self, PyObject *handle, PyObject *key, PyObject *te
     if (t) { if (t < 0) goto error; goto done; }
     if (warg != Py_None) {  /* a workspace smaller than the plan's: the general path fits one */
         long long given = 0;
-        if (!(ws == Py_None || (PyLong_CheckExact(ws) && PyObject_Not(ws) == 1))) {
+        if (!is_null(ws)) {
             given = wss ? PyLong_AsLongLong(wss) : 0;
             if (given == -1 && PyErr_Occurred()) goto error;
         }
@@ -984,7 +1134,6 @@ static int fast_ok(Fast *x, PyObject *v) {
 #define POINTER_MIN 4096LL  /* data.POINTER_MIN: the smallest device pointer int */
 #define HOST_ADDRESS_MIN 2147483648LL  /* data.HOST_ADDRESS_MIN: an int of this magnitude is an address */
 
-static PyObject *ZERO;  /* the int 0 */
 
 /* data.same_buffer for the forms a replay takes: 1 one buffer, 0 not, -2 a form it cannot tell (the
  * Python path decides), -1 an error.  ``types``: the array types of the place (the recipe's). */
@@ -1088,7 +1237,7 @@ static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *
         Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(nulls, i));
         if (p < 0 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null position"); return -1; }
         PyObject *v = args[p];
-        if (!(v == Py_None || (PyLong_CheckExact(v) && PyObject_Not(v) == 1))) return 0;
+        if (!is_null(v)) return 0;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mins); i++) {
         PyObject *e = PyTuple_GET_ITEM(mins, i);
@@ -1192,7 +1341,7 @@ static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
         Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(unread, i));
         if (p < 0 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an unread position"); return -1; }
         PyObject *v = args[p];
-        if (v == Py_None || (PyLong_CheckExact(v) && PyObject_Not(v) == 1)) continue;
+        if (is_null(v)) continue;
         int ok = 0;
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(utypes); k++)
             if ((PyObject *)Py_TYPE(v) == PyTuple_GET_ITEM(utypes, k)) { ok = 1; break; }
@@ -1281,7 +1430,7 @@ static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
         if (!PyLong_CheckExact(wss)) { rc = 0; goto error; }  /* the family's int(size or 0): an int only here */
         int null_zero = PyObject_IsTrue(PyTuple_GET_ITEM(wspec, 3));
         if (null_zero < 0) goto error;
-        if (null_zero && (ws == Py_None || (PyLong_CheckExact(ws) && PyObject_Not(ws) == 1))) wss = ZERO;  /* NULL: 0 bytes */
+        if (null_zero && is_null(ws)) wss = ZERO;  /* NULL: 0 bytes */
     }
     rc = run_prepared((Run *)self->run, handle, key, tensors, scalars, ws, wss, warg, &plan);
     Py_XDECREF(plan);
@@ -1399,12 +1548,29 @@ static int stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned 
     return 0;
 }
 
+static int stub_graph_launch(void *exe, void *stream) {  /* logged as a launch of f = exe, no arguments */
+    if (stub_status) return stub_status;
+    if (stub_n < STUB_MAX) {
+        memset(&stub_log[stub_n], 0, sizeof(stub_log[stub_n]));
+        stub_log[stub_n].f = exe; stub_log[stub_n].stream = stream;
+    }
+    stub_n++;
+    return 0;
+}
+
 static PyObject *stub(PyObject *mod, PyObject *args) {
     int nargs, status = 0;
     if (!PyArg_ParseTuple(args, "i|i", &nargs, &status)) return NULL;
     if (nargs < 0 || nargs > 8) { PyErr_SetString(PyExc_ValueError, "0 to 8 arguments"); return NULL; }
     stub_n = 0; stub_nargs = nargs; stub_status = status;
     return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)stub_launch);
+}
+
+static PyObject *graph_stub(PyObject *mod, PyObject *args) {
+    int status = 0;
+    if (!PyArg_ParseTuple(args, "|i", &status)) return NULL;
+    stub_n = 0; stub_nargs = 0; stub_status = status;
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)stub_graph_launch);
 }
 
 static PyObject *stub_calls(PyObject *mod, PyObject *unused) {
@@ -1427,6 +1593,8 @@ static PyObject *stub_calls(PyObject *mod, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"stub", stub, METH_VARARGS, "stub(nargs, status=0) -> the address of a recording launch function (tests)"},
+    {"graph_stub", graph_stub, METH_VARARGS, "graph_stub(status=0) -> the address of a recording graph launch "
+     "function (tests): stub_calls() lists its launches as (graphExec, (0, 0, 0), (0, 0, 0), 0, stream, ())"},
     {"stub_calls", stub_calls, METH_NOARGS, "the launches the stub saw since stub(): (f, grid, block, shm, stream, args)"},
     {NULL},
 };
@@ -1435,7 +1603,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_steady", "The stead
 
 PyMODINIT_FUNC PyInit__steady(void) {
     if (PyType_Ready(&ValuesType) < 0 || PyType_Ready(&LauncherType) < 0 || PyType_Ready(&RunType) < 0
-            || PyType_Ready(&SiteType) < 0) return NULL;
+            || PyType_Ready(&SiteType) < 0 || PyType_Ready(&ReplayType) < 0) return NULL;
 #define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
     INTERN(S_dtype, "dtype"); INTERN(S_c, "_c_contiguous"); INTERN(S_f, "_f_contiguous"); INTERN(S_nbytes, "nbytes");
     INTERN(S_data, "data"); INTERN(S_ptr, "ptr"); INTERN(S_switch, "switch"); INTERN(S_place, "place"); INTERN(S_owner, "owner");
@@ -1443,7 +1611,7 @@ PyMODINIT_FUNC PyInit__steady(void) {
     INTERN(S_bind, "bind"); INTERN(S_via, "via_execute"); INTERN(S_launch, "launch"); INTERN(S_calls, "calls");
     INTERN(S_key, "key"); INTERN(S_wsize, "workspace_size"); INTERN(S_ws, "workspace"); INTERN(S_wss, "workspace_size");
     INTERN(S_warg, "workspace_arg");
-    if (!(ZERO = PyLong_FromLong(0))) return NULL;
+    if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
 #undef INTERN
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
@@ -1451,7 +1619,9 @@ PyMODINIT_FUNC PyInit__steady(void) {
     Py_INCREF(&LauncherType);
     Py_INCREF(&RunType);
     Py_INCREF(&SiteType);
-    if (PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0 ||
+    Py_INCREF(&ReplayType);
+    if (PyModule_AddObject(m, "Replay", (PyObject *)&ReplayType) < 0 ||
+        PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0 ||
         PyModule_AddObject(m, "Site", (PyObject *)&SiteType) < 0 ||
         PyModule_AddObject(m, "Values", (PyObject *)&ValuesType) < 0 ||
         PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) { Py_DECREF(m); return NULL; }

@@ -6,13 +6,16 @@ Each object there has a Python twin, the same checks and launches in Python:
   ``_steady.Values``    the plan's values binder; twin: the source ``_core/fastbind.py`` generates
   ``_steady.Launcher``  a cupy plan's record launcher; twin: ``cupy_engine/records.FastPath.launcher``'s
                         closure (which it calls for what it does not do itself: the graph table)
+  ``_steady.Replay``    a cudnn plan's replay of a captured call; twin: ``CudnnPlan.launch_py`` (which
+                        it calls for everything else)
   ``_steady.Run``       ``_core.call.run``'s prepared-call part; twin: ``_core.call._run_py``
   ``_steady.Site``      a legacy function replaying its call sites' steady recipes; twin: the Python
                         wrapper itself (``_core/recipes.py``)
 
 ``module()`` is the extension, or None where it is not built or CUDNN_COMPAT_COMPILED=0: the twins
 run then.  The launch function is cuLaunchKernel's address in the driver library CuPy loaded
-(``launch_address``), so the extension links against nothing but Python.
+(``launch_address``), and cuGraphLaunch's (``graph_launch_address``), so the extension links against
+nothing but Python.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ try:
 except ImportError as _e:  # not built (no C compiler at install, or a plain checkout): the Python twins run
     _MODULE, _NOT_BUILT = None, str(_e)
 
-_LAUNCH: list = [None]
+_LAUNCH: list = [None, None]  # cuLaunchKernel, cuGraphLaunch
 
 
 def module():
@@ -46,6 +49,18 @@ def status() -> dict:
     if module() is None:
         return {"built": True, "used": False, "reason": "CUDNN_COMPAT_COMPILED=0: the Python twins run"}
     return {"built": True, "used": True, "reason": None}
+
+
+def graph_launch_address(runtime) -> "int | None":
+    """cuGraphLaunch's address in the CUDA driver library when ``runtime``, the one CUDA graphs are
+    made and launched with (``engines.graphs.Graphs.runtime()``), is CuPy's (``cupy.cuda.runtime``:
+    a graphExec it instantiates is the driver's CUgraphExec); None for anything else (a test's
+    stand-in: the Python twin then calls its ``graphLaunch``)."""
+    if runtime is None or runtime is not sys.modules.get("cupy_backends.cuda.api.runtime"):
+        return None
+    if _LAUNCH[1] is None:
+        _LAUNCH[1] = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuGraphLaunch, ctypes.c_void_p).value
+    return _LAUNCH[1]
 
 
 def launch_address(launch) -> "int | None":

@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from .. import steady as _steady
+
 log = logging.getLogger("cudnn_compat.graphs")
 log.addHandler(logging.NullHandler())
 
@@ -87,6 +89,16 @@ class Graphs:
     def launch_function(self):
         """``launch`` as the runtime's own call (what a replay path keeps and calls)."""
         return self.runtime().graphLaunch
+
+    def launch_address(self) -> "int | None":
+        """cuGraphLaunch's address, for compiled launchers, where ``launch`` is the CUDA driver's own
+        (the runtime is CuPy's); None otherwise."""
+        return _steady.graph_launch_address(self._rt if self._rt is not None else self.runtime())
+
+    def error_type(self):
+        """The exception a failed driver call raises (CuPy's CUDADriverError)."""
+        import cupy
+        return cupy.cuda.driver.CUDADriverError
 
     def destroy(self, exe: int) -> None:
         try:

@@ -29,7 +29,8 @@ from collections import OrderedDict
 from operator import itemgetter
 
 from ... import config as _config
-from ..base import EngineDeclined, ExecutionPlan, current_stream, device_views
+from ... import steady as _steady
+from ..base import EngineDeclined, ExecutionPlan, current_stream, current_stream_function, device_views
 from .. import graphs as _graphs
 from . import configs as _configs
 from . import lib as _lib
@@ -115,7 +116,7 @@ class CudnnPlan(ExecutionPlan):
     __slots__ = ("spec", "device", "_graphs", "_keep", "_execute", "_subplans", "_base_key", "_plan_ptr", "_baked",
                  "_key_of", "_scalars", "_binding", "_uids", "_data_srcs", "_nptr", "_nbuf", "_scalar_at", "_same_at",
                  "_packs", "_pack_descs", "_ws", "_sub_owned", "sub_configs", "autotune", "_lock", "_cuda_graphs",
-                 "_unseen", "launch_order", "_replay")
+                 "_box", "launch_order", "launch")
 
     def __init__(self, graph, config, spec, device: int, native_graph: NativeGraph, plan_desc, workspace: int,
                  keep: list, values: tuple):
@@ -168,11 +169,37 @@ class CudnnPlan(ExecutionPlan):
         # or -1 (not capturable); None: no graph replay for this plan (turned off).  A graph fixes the
         # by-value scalars' values as they were captured, so their values are part of its key.
         self._cuda_graphs = OrderedDict() if _graphs_enabled() else None
-        self._unseen = 0  # graph keys seen once since one came back (2 * GRAPHS of them: no more graphs)
-        # (values, stream) -> (graphExec, workspace need, the caller's workspace pointer it uses or 0): the
-        # launcher's first look (``launch``).  Replaced by a new dict whenever a graph or the plan's own
-        # scratch goes away (``_forget``), so an entry is never a graph that was destroyed.
-        self._replay: dict = {}
+        # [the replay table, unseen] (``_replay``, ``_unseen``), shared with the compiled launcher
+        self._box = [{}, 0]
+        self.launch = self._launcher()
+
+    # (values, stream) -> (graphExec, workspace need, the caller's workspace pointer it uses or 0): the
+    # launcher's first look (``launch``).  Replaced by a new dict (``_forget``) before a graph in it or the
+    # plan's own scratch goes away, so that an entry of the plan's table is never a destroyed graph.
+    _replay = property(lambda self: self._box[0])
+
+    def _get_unseen(self) -> int:
+        return self._box[1]
+
+    def _set_unseen(self, n: int) -> None:
+        self._box[1] = n
+
+    # graph keys seen once since one came back (2 * GRAPHS of them: no more graphs)
+    _unseen = property(_get_unseen, _set_unseen)
+
+    def _launcher(self):
+        """``launch``: the compiled replay (``_steady.Replay``: a captured call is one table look and
+        one cuGraphLaunch, ``launch_py`` for everything else) where the extension is built and the
+        graphs launch through the CUDA driver (``Graphs.launch_address``); else ``launch_py``."""
+        mod = _steady.module()
+        gr = _graphs.graphs()
+        address = getattr(gr, "launch_address", None)
+        address = address() if mod is not None and address is not None else None
+        if address is None:
+            return self.launch_py
+        cur = current_stream_function()
+        return mod.Replay(self._box, getattr(cur, "stream", cur), gr.capturing, STATS, self.launch_py, address,
+                          gr.error_type(), _given_workspace)
 
     raw_pointers = True  # the legacy layer may bind device pointers as plain ints
 
@@ -192,13 +219,14 @@ class CudnnPlan(ExecutionPlan):
             _views_for_fallback(self.graph, data)
             raise
 
-    def launch(self, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
-        """A prepared call's launcher: a call whose graph was captured (the same values, stream and
-        workspace) is one graph launch from the replay table; else ``_run`` from what earlier calls
-        made (the native plan of the baked scalars, the workspace, the VARIANT_PACK); False when
-        something is missing."""
+    def launch_py(self, values: tuple, stream, workspace=None, workspace_size: int = 0) -> bool:
+        """A prepared call's launcher (``launch``; this is its Python twin): a call whose graph was
+        captured (the same values, stream and workspace) is one graph launch from the replay table;
+        else ``_run`` from what earlier calls made (the native plan of the baked scalars, the
+        workspace, the VARIANT_PACK); False when something is missing."""
         sptr = current_stream() if stream is None else (stream if type(stream) is int else int(stream.ptr or 0))
-        replay = self._replay
+        box = self._box
+        replay = box[0]
         try:
             hit = replay.get((values, sptr)) if replay else None
             if hit is not None and (not hit[1] or _given_workspace(workspace, workspace_size, hit[1]) == hit[2]):
@@ -207,10 +235,10 @@ class CudnnPlan(ExecutionPlan):
                 gr = _graphs.graphs()
                 if not (sptr and gr.capturing(sptr)):
                     with self._lock:
-                        if self._replay is replay and not self._released:
+                        if box[0] is replay and not self._released:
                             gr.launch(hit[0], sptr)
                             STATS["graph_launches"] += 1
-                            self._unseen = 0
+                            box[1] = 0
                             return True
             return self._run(values, sptr, workspace, workspace_size, False)
         except TypeError:  # a value that is no pointer (an array from a fallback's views), or unhashable: execute
@@ -293,15 +321,15 @@ class CudnnPlan(ExecutionPlan):
                     graphs[gkey] = 0
                     self._unseen += 1
                     if self._unseen > 2 * GRAPHS:  # calls that never come back (a scalar changing per call)
+                        self._forget()
                         for old in graphs.values():
                             self._drop_graph(old)
                         graphs.clear()
                         self._cuda_graphs = None  # execute directly from now on
-                        self._forget()
                     if len(graphs) > GRAPHS:
+                        self._forget()
                         while len(graphs) > GRAPHS:
                             self._drop_graph(graphs.popitem(last=False)[1])
-                        self._forget()
                 elif g != -1 and not gr.capturing(sptr):
                     self._unseen = 0
                     if g == 0:
@@ -343,8 +371,9 @@ class CudnnPlan(ExecutionPlan):
 
     def _forget(self) -> None:
         """Empty the replay table (a graph or the scratch it used is going away): a new dict, so a
-        launcher that read the old one sees, under the lock, that it is no longer current."""
-        self._replay = {}
+        launcher that read the old one sees, under the lock, that it is no longer current.  Called
+        before the graph goes: the compiled launcher reads the table without the lock."""
+        self._box[0] = {}
 
     @staticmethod
     def _drop_graph(g) -> None:
@@ -380,8 +409,8 @@ class CudnnPlan(ExecutionPlan):
         s = cupy.cuda.ExternalStream(sptr) if sptr else cupy.cuda.Stream.null
         with cupy.cuda.Device(self.device), s:
             mem = cupy.cuda.alloc(need)
-        self._ws[sptr] = mem
         self._forget()  # graphs captured with the old scratch are not replayed from the table
+        self._ws[sptr] = mem
         return mem
 
     def _add_subplan(self, key):
@@ -419,9 +448,9 @@ class CudnnPlan(ExecutionPlan):
             old = next(k for k in self._subplans if k != self._base_key)
             del self._subplans[old]
             if self._cuda_graphs:
+                self._forget()
                 for gk in [gk for gk in self._cuda_graphs if gk[0] == old]:
                     self._drop_graph(self._cuda_graphs.pop(gk))
-                self._forget()
             old_ng, old_keep = self._sub_owned.pop(old)
             for d in reversed(old_keep):
                 d.destroy()
