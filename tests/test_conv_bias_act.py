@@ -90,9 +90,9 @@ def split(monkeypatch):
     from cudnn_compat._core import call as _call
     from cudnn_compat.convolution import bias_act
 
-    def force(h, key, build, xd, wd, yd, cd, algo):
+    def force(h, key, build, xd, wd, yd, zd, cd, bd, ad, algo):
         _call.plan_for(h, key, build)  # the fused builder's checks first, as the GPU place makes them
-        form = bias_act._SPLIT[key] = bias_act._split_form(xd, wd, yd, cd, algo)
+        form = bias_act._SPLIT[key] = bias_act._split_form(xd, wd, yd, zd, cd, bd, ad, algo)
         return form
     monkeypatch.setattr(bias_act, "_use_split", force)
     yield bias_act

@@ -119,7 +119,7 @@ def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDes
         return _bias_act_graph(_checked_call(FWD, xd, wd, yd, cd), algo, ad, zd, bd, use_z)
 
     wsize = int(workSpaceSizeInBytes or 0)
-    form = _use_split(h, key, build, xd, wd, yd, cd, algo)
+    form = _use_split(h, key, build, xd, wd, yd, zd, cd, bd, ad, algo)
     if form is not None and _run_split(form, h, yd, zd, bd, ad, a1, a2, x, w, y, z, bias, workSpace, wsize):
         return
     tensors = {X: (x, "x"), W: (w, "w"), Y: (y, "y"), BIAS: (bias, "bias")}
@@ -158,22 +158,26 @@ convolutionBiasActivationForward = steady(  # keys[alpha2 != 0]; z bound always 
 
 # -- the split form (module docstring) -------------------------------------------------------------
 
-_SPLIT: dict = {}  # fused plan-cache key -> None (fused) or the split form's (conv keys, conv builders)
+_SPLIT: dict = {}  # fused plan-cache key -> None (fused) or the split form (``_split_form``)
 _SPLIT_MAX = 1024
 
 
-def _split_form(xd, wd, yd, cd, algo):
-    """(the plain convolution's plan-cache keys, its graph builders), by beta == 0; None for the
-    INT8 configs (their y is not the convolution's result type)."""
+def _split_form(xd, wd, yd, zd, cd, bd, ad, algo):
+    """((the plain convolution's plan-cache key, its graph builder) by beta == 0, (the epilogue's
+    plan-cache key, its graph builder) by whether it adds z); None for the INT8 configs (their y is
+    not the convolution's result type).  Made once per fused key: a call only picks from it."""
     call = _checked_call(FWD, xd, wd, yd, cd)
     if call.config in INT8_CONFIGS:
         return None
     name = _algo(FWD, algo, call)
-    return (tuple(_call_key(FWD, xd, wd, yd, cd, algo, bz) for bz in (False, True)),
-            tuple(call.builder(name, cd.mathType, bz) for bz in (False, True)))
+    conv = tuple((_call_key(FWD, xd, wd, yd, cd, algo, bz), call.builder(name, cd.mathType, bz)) for bz in (False, True))
+    keys = (yd.key(), zd.key(), bd.key(), ad.key())
+    epilogue = tuple((("ConvolutionBiasActivationForward.epilogue",) + keys + (add_z,),
+                      (lambda add_z=add_z: _epilogue(yd, zd, bd, ad, add_z))) for add_z in (False, True))
+    return conv, epilogue
 
 
-def _use_split(h, key, build, xd, wd, yd, cd, algo):
+def _use_split(h, key, build, xd, wd, yd, zd, cd, bd, ad, algo):
     """``_split_form`` for a call that runs split, else None (fused): on the GPU place, when the fused
     graph's plan is not the native engine's but the plain convolution's is.  Decided once per
     fused key, after the fused plan is built (its builder checks 002's rules)."""
@@ -181,8 +185,8 @@ def _use_split(h, key, build, xd, wd, yd, cd, algo):
         return _SPLIT[key]
     form = None
     if h.place == "gpu" and _call.plan_for(h, key, build).engine != "cudnn":
-        form = _split_form(xd, wd, yd, cd, algo)
-        if form is not None and _call.plan_for(h, form[0][True], form[1][True]).engine != "cudnn":
+        form = _split_form(xd, wd, yd, zd, cd, bd, ad, algo)
+        if form is not None and _call.plan_for(h, *form[0][True]).engine != "cudnn":
             form = None
     if len(_SPLIT) >= _SPLIT_MAX:
         _SPLIT.clear()
@@ -226,12 +230,11 @@ def _run_split(form, h, yd, zd, bd, ad, a1, a2, x, w, y, z, bias, workSpace, wsi
     items = [(bias, bd.ir(BIAS, "bias"), "bias", False)] + ([(z, zd.ir(Z, "z"), "z", False)] if add_z else [])
     preflight(h, items)  # the epilogue's buffers, before the convolution writes y
     beta = 0.0 if add_z else a2
-    keys, builders = form
-    _call.run(h, keys[beta == 0], builders[beta == 0], {X: (x, "x"), W: (w, "w"), Y: (y, "y")}, {ALPHA: a1, BETA: beta},
+    conv, epilogue = form
+    _call.run(h, *conv[beta == 0], {X: (x, "x"), W: (w, "w"), Y: (y, "y")}, {ALPHA: a1, BETA: beta},
               workSpace, wsize, workspace_arg="workSpaceSizeInBytes")
     tensors = {Y: (y, "y"), BIAS: (bias, "bias")}
     if add_z:
         tensors[Z] = (z, "z")
-    ekey = ("ConvolutionBiasActivationForward.epilogue", yd.key(), zd.key(), bd.key(), ad.key(), add_z)
-    _call.run(h, ekey, lambda: _epilogue(yd, zd, bd, ad, add_z), tensors, {ALPHA2: a2})
+    _call.run(h, *epilogue[add_z], tensors, {ALPHA2: a2})
     return True
