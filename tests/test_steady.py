@@ -329,3 +329,48 @@ def test_compiled_objects_in_reference_cycles_are_collected():
         del h
         gc.collect()
         assert ref() is None
+
+
+class CountingND(FakeND):
+    """A FakeND that counts the binder's reads of what its test checks."""
+
+    reads = 0
+
+    def __getattribute__(self, name):
+        if name in ("dtype", "_c_contiguous", "_f_contiguous", "nbytes", "data"):
+            type(self).reads += 1
+        return object.__getattribute__(self, name)
+
+
+def test_values_binder_remembers_the_arrays_that_passed_while_they_live():
+    """The compiled binder's memo (``_steady.c`` MEMO_MAX): a C-contiguous array that passed an entry
+    passes it again without a read of its attributes, with the same pointer; an F-ordered one is
+    read every call; an array made after one died (whatever its address) is read in full, and
+    takes its own pointer; a memo over MEMO_MAX arrays starts again, and still gives what the
+    twin gives."""
+    import gc
+    prog = _prog([(1, 32), (2, 32)])
+    with config.override("CUDNN_COMPAT_COMPILED", "0"):
+        py = fastbind._generate(Plan(), prog, CountingND, 1000, (1, 2))
+    c = fastbind._generate(Plan(), prog, CountingND, 1000, (1, 2))
+    assert isinstance(c, _steady.Values)
+    x, w = CountingND(0x10000), CountingND(0x20000, c=False, f=True)
+    assert c({1: (x, "x"), 2: (w, "w")}, {}) == (0x10000, 0x20000)
+    CountingND.reads = 0
+    for _ in range(5):
+        assert c({1: (x, "x"), 2: (w, "w")}, {}) == (0x10000, 0x20000)
+    assert CountingND.reads == 5 * 5  # w (F order): dtype, c, f, nbytes, data; x: none
+    for k in range(200):  # arrays dying and made again at reused addresses, each with its own pointer
+        a = CountingND(0x100000 + 0x1000 * k, nbytes=64 if k % 3 else 16)
+        want = py({1: (a, "x"), 2: (w, "w")}, {})
+        assert c({1: (a, "x"), 2: (w, "w")}, {}) == want and (want is None) == (k % 3 == 0)
+        del a
+        gc.collect()
+    # the memo holds no array: the last one is gone
+    import weakref
+    a = CountingND(0x5000000)
+    ref = weakref.ref(a)
+    assert c({1: (a, "x"), 2: (w, "w")}, {}) == (0x5000000, 0x20000)
+    del a
+    gc.collect()
+    assert ref() is None

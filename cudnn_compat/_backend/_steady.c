@@ -95,7 +95,15 @@ typedef struct {
     Py_ssize_t need;
     PyObject *storage;
     PyObject *accepted;
+    PyObject *memo;     /* id(array) -> (weakref to it, its pointer): the arrays this entry took (MEMO_MAX) */
 } Entry;
+
+/* The memo of a values binder: a C-contiguous array of the nd type that passed an entry's test passes
+ * it for as long as it lives, since what the test reads of it cannot change: CuPy's ndarray has no
+ * setter for dtype, data or strides, its size is fixed, and its one setter, shape, keeps a
+ * C-contiguous array C-contiguous (a no-copy reshape).  The weakref tells a live array from a new
+ * one at a freed one's address; nothing keeps an array alive. */
+#define MEMO_MAX 64
 
 typedef struct {
     PyObject_HEAD
@@ -114,6 +122,7 @@ static int Values_traverse(Values *self, visitproc visit, void *arg) {
     Py_VISIT(self->nd); Py_VISIT(self->spec);
     for (Py_ssize_t i = 0; i < self->n; i++) {
         Py_VISIT(self->e[i].uid); Py_VISIT(self->e[i].alt_uid); Py_VISIT(self->e[i].storage); Py_VISIT(self->e[i].accepted);
+        Py_VISIT(self->e[i].memo);
     }
     for (Py_ssize_t i = 0; i < self->norder; i++) Py_VISIT(self->ouid[i]);
     return 0;
@@ -123,6 +132,7 @@ static int Values_clear(Values *self) {
     Py_CLEAR(self->nd); Py_CLEAR(self->spec);
     for (Py_ssize_t i = 0; i < self->n; i++) {
         Py_CLEAR(self->e[i].uid); Py_CLEAR(self->e[i].alt_uid); Py_CLEAR(self->e[i].storage); Py_CLEAR(self->e[i].accepted);
+        Py_CLEAR(self->e[i].memo);
     }
     for (Py_ssize_t i = 0; i < self->norder; i++) Py_CLEAR(self->ouid[i]);
     self->n = self->norder = 0;
@@ -170,6 +180,7 @@ static int Values_init(Values *self, PyObject *args, PyObject *kw) {
         Py_INCREF(uid); e->uid = uid;
         Py_INCREF(storage); e->storage = storage;
         Py_INCREF(acc); e->accepted = acc;
+        if (!(e->memo = PyDict_New())) return -1;
     }
     for (Py_ssize_t k = 0; k < no; k++) {
         PyObject *t = PyTuple_GET_ITEM(order, k), *x;
@@ -203,42 +214,40 @@ static PyObject *given(PyObject *tensors, PyObject *key) {
     return Py_None;
 }
 
+static PyObject *array_pointer(Entry *e, PyObject *b, int *c_order);
+
+/* whether weak reference ``ref`` refers to ``b`` (b alive: it cannot be a dead reference's) */
+static int weak_is(PyObject *ref, PyObject *b) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(ref, &o) < 0) { PyErr_Clear(); return 0; }
+    Py_XDECREF(o);
+    return o == b;
+#else
+    return PyWeakref_GetObject(ref) == b;
+#endif
+}
+
+static int memo_put(Entry *e, PyObject *id, PyObject *b, PyObject *p);
+
 /* the pointer of buffer ``b`` for entry ``e`` (a new reference), Py_None (borrowed, not counted) when it
  * is of another form, NULL with an error set */
 static PyObject *pointer_of(Values *self, Entry *e, PyObject *b) {
     if (self->nd != NULL && Py_TYPE(b) == (PyTypeObject *)self->nd) {
-        PyObject *dt = PyObject_GetAttr(b, S_dtype);
-        if (dt == NULL) return NULL;
-        int ok = dt == e->storage;
-        if (!ok) {
-            ok = PySequence_Contains(e->accepted, dt);
-            if (ok < 0) { Py_DECREF(dt); return NULL; }
+        PyObject *id = PyLong_FromVoidPtr(b);
+        if (id == NULL) return NULL;
+        PyObject *m = PyDict_GetItemWithError(e->memo, id);
+        if (m != NULL && weak_is(PyTuple_GET_ITEM(m, 0), b)) {
+            Py_DECREF(id);
+            PyObject *p = PyTuple_GET_ITEM(m, 1);
+            Py_INCREF(p);
+            return p;
         }
-        Py_DECREF(dt);
-        if (!ok) return Py_None;
-        PyObject *c = PyObject_GetAttr(b, S_c);
-        if (c == NULL) return NULL;
-        int contig = PyObject_IsTrue(c);
-        Py_DECREF(c);
-        if (contig < 0) return NULL;
-        if (!contig) {
-            PyObject *f = PyObject_GetAttr(b, S_f);
-            if (f == NULL) return NULL;
-            contig = PyObject_IsTrue(f);
-            Py_DECREF(f);
-            if (contig < 0) return NULL;
-            if (!contig) return Py_None;
-        }
-        PyObject *nb = PyObject_GetAttr(b, S_nbytes);
-        if (nb == NULL) return NULL;
-        Py_ssize_t have = PyLong_AsSsize_t(nb);
-        Py_DECREF(nb);
-        if (have == -1 && PyErr_Occurred()) return NULL;
-        if (have < e->need) return Py_None;
-        PyObject *mem = PyObject_GetAttr(b, S_data);
-        if (mem == NULL) return NULL;
-        PyObject *p = PyObject_GetAttr(mem, S_ptr);
-        Py_DECREF(mem);
+        if (m == NULL && PyErr_Occurred()) { Py_DECREF(id); return NULL; }
+        int c_order = 0;
+        PyObject *p = array_pointer(e, b, &c_order);
+        if (p != NULL && p != Py_None && c_order && memo_put(e, id, b, p) < 0) Py_CLEAR(p);
+        Py_DECREF(id);
         return p;
     }
     if (PyLong_CheckExact(b)) {
@@ -248,6 +257,63 @@ static PyObject *pointer_of(Values *self, Entry *e, PyObject *b) {
         if (overflow > 0 || (!overflow && v >= self->pointer_min)) { Py_INCREF(b); return b; }
     }
     return Py_None;
+}
+
+/* the entry's test of an array of the nd type: its pointer (a new reference), Py_None (borrowed) when
+ * it does not pass, NULL with an error set; *c_order: whether it is C-contiguous */
+static PyObject *array_pointer(Entry *e, PyObject *b, int *c_order) {
+    PyObject *dt = PyObject_GetAttr(b, S_dtype);
+    if (dt == NULL) return NULL;
+    int ok = dt == e->storage;
+    if (!ok) {
+        ok = PySequence_Contains(e->accepted, dt);
+        if (ok < 0) { Py_DECREF(dt); return NULL; }
+    }
+    Py_DECREF(dt);
+    if (!ok) return Py_None;
+    PyObject *c = PyObject_GetAttr(b, S_c);
+    if (c == NULL) return NULL;
+    int contig = PyObject_IsTrue(c);
+    Py_DECREF(c);
+    if (contig < 0) return NULL;
+    *c_order = contig;
+    if (!contig) {
+        PyObject *f = PyObject_GetAttr(b, S_f);
+        if (f == NULL) return NULL;
+        contig = PyObject_IsTrue(f);
+        Py_DECREF(f);
+        if (contig < 0) return NULL;
+        if (!contig) return Py_None;
+    }
+    PyObject *nb = PyObject_GetAttr(b, S_nbytes);
+    if (nb == NULL) return NULL;
+    Py_ssize_t have = PyLong_AsSsize_t(nb);
+    Py_DECREF(nb);
+    if (have == -1 && PyErr_Occurred()) return NULL;
+    if (have < e->need) return Py_None;
+    PyObject *mem = PyObject_GetAttr(b, S_data);
+    if (mem == NULL) return NULL;
+    PyObject *p = PyObject_GetAttr(mem, S_ptr);
+    Py_DECREF(mem);
+    return p;
+}
+
+/* remember that C-contiguous array ``b`` (at ``id``) passed with pointer ``p`` (see MEMO_MAX): 0, or -1
+ * with an error set */
+static int memo_put(Entry *e, PyObject *id, PyObject *b, PyObject *p) {
+    PyObject *ref = PyWeakref_NewRef(b, NULL);
+    if (ref == NULL) {  /* a type without weak references: not remembered */
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyDict_GET_SIZE(e->memo) >= MEMO_MAX) PyDict_Clear(e->memo);
+    PyObject *m = PyTuple_Pack(2, ref, p);
+    Py_DECREF(ref);
+    if (m == NULL) return -1;
+    int rc = PyDict_SetItem(e->memo, id, m);
+    Py_DECREF(m);
+    return rc;
 }
 
 static PyObject *Values_vcall(Values *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
