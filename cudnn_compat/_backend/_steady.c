@@ -84,6 +84,19 @@ static PyObject *vc_call(PyObject *self, PyObject *args, PyObject *kw) { return 
         __VA_ARGS__ \
     };
 
+/* STEADY_GC(T, FIELDS): T_traverse, T_clear and T_dealloc of a type whose references are the fields
+ * FIELDS(X) lists (X(field) for each) */
+#define STEADY_VISIT(f) Py_VISIT(self->f);
+#define STEADY_CLEAR(f) Py_CLEAR(self->f);
+#define STEADY_GC(T, FIELDS) \
+    static int T##_traverse(T *self, visitproc visit, void *arg) { FIELDS(STEADY_VISIT) return 0; } \
+    static int T##_clear(T *self) { FIELDS(STEADY_CLEAR) return 0; } \
+    static void T##_dealloc(T *self) { \
+        PyObject_GC_UnTrack(self); \
+        T##_clear(self); \
+        Py_TYPE(self)->tp_free((PyObject *)self); \
+    }
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Values                                                                                         */
 
@@ -706,25 +719,7 @@ typedef struct {
 
 #define REPLAY_FIELDS(X) X(state) X(cur) X(capturing) X(stats) X(fallback) X(error) X(given) X(counted)
 
-static int Replay_traverse(Replay *self, visitproc visit, void *arg) {
-#define V(f) Py_VISIT(self->f);
-    REPLAY_FIELDS(V)
-#undef V
-    return 0;
-}
-
-static int Replay_clear(Replay *self) {  /* the fallback is the plan's bound method: a cycle */
-#define C(f) Py_CLEAR(self->f);
-    REPLAY_FIELDS(C)
-#undef C
-    return 0;
-}
-
-static void Replay_dealloc(Replay *self) {
-    PyObject_GC_UnTrack(self);
-    Replay_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+STEADY_GC(Replay, REPLAY_FIELDS)  /* the fallback is the plan's bound method: a cycle */
 
 STEADY_NEW(Replay)
 
@@ -831,25 +826,7 @@ static PyObject *S_ws, *S_wss, *S_warg, *S_switch, *S_place, *S_owner, *S_device
 #define RUN_FIELDS(X) X(general) X(hooks) X(prepared) X(by_value) X(overrides) X(environ) X(keys) X(last) X(hit) \
     X(touch) X(failed) X(nd) X(gpu)
 
-static int Run_traverse(Run *self, visitproc visit, void *arg) {
-#define V(f) Py_VISIT(self->f);
-    RUN_FIELDS(V)
-#undef V
-    return 0;
-}
-
-static int Run_clear(Run *self) {
-#define C(f) Py_CLEAR(self->f);
-    RUN_FIELDS(C)
-#undef C
-    return 0;
-}
-
-static void Run_dealloc(Run *self) {
-    PyObject_GC_UnTrack(self);
-    Run_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+STEADY_GC(Run, RUN_FIELDS)
 
 STEADY_NEW(Run)
 
