@@ -126,21 +126,22 @@ def write_json(prefix: str, payload: dict, out_dir: "str | None" = None, device:
 def git_commit(root: str = ROOT) -> str:
     """BENCH_GIT_COMMIT when set (a copied tree: ``BENCH_GIT_COMMIT=$(git rev-parse HEAD)`` where it
     was copied from; the copy's own .git, if any, may be another commit's), else the checkout's
-    commit ("<sha>-dirty" when tracked files differ), else "unknown"."""
+    commit ("<sha>-dirty" when tracked files differ), else "unknown".  A BENCH_GIT_COMMIT that names
+    the copy's own HEAD while its tracked files differ (read with git on the copy, not where it was
+    copied from) gets "-dirty" too: the files that ran are not that commit's."""
     import subprocess
     given = os.environ.get("BENCH_GIT_COMMIT", "").strip()
-    if given:
-        return given
     try:
         sha = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        if sha:
-            dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
-            return sha + ("-dirty" if dirty else "")
+        dirty = bool(sha) and bool(subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                                                  capture_output=True, text=True, timeout=10).stdout.strip())
     except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown"
+        sha, dirty = "", False
+    if given:
+        same = bool(sha) and (sha.startswith(given) or given.startswith(sha))
+        return given + ("-dirty" if same and dirty and not given.endswith("-dirty") else "")
+    return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
 
 
 _STAMP: dict = {}

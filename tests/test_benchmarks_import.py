@@ -129,6 +129,24 @@ def test_every_json_records_the_commit_and_the_utc_time(tmp_path, monkeypatch):
     assert _common.git_commit(str(tmp_path)) == "abc123"  # a tree without .git
     monkeypatch.delenv("BENCH_GIT_COMMIT")
     assert _common.git_commit(str(tmp_path)) == "unknown"
+    # a copy whose own .git names an older commit than the files that run (the device tool's copy):
+    # BENCH_GIT_COMMIT read there names that commit, and the stamp says the files are not it
+    repo = tmp_path / "copy"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    if sp.run(git + ["init", "-q"], capture_output=True).returncode == 0:
+        (repo / "f.py").write_text("a = 1\n")
+        sp.run(git + ["add", "f.py"], capture_output=True)
+        sp.run(git + ["commit", "-qm", "c"], capture_output=True)
+        head = sp.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        monkeypatch.setenv("BENCH_GIT_COMMIT", head[:7])
+        assert _common.git_commit(str(repo)) == head[:7]  # the files are that commit's
+        (repo / "f.py").write_text("a = 2\n")
+        assert _common.git_commit(str(repo)) == head[:7] + "-dirty"
+        monkeypatch.setenv("BENCH_GIT_COMMIT", "abc123")  # named where the tree was copied from: as given
+        assert _common.git_commit(str(repo)) == "abc123"
+        monkeypatch.delenv("BENCH_GIT_COMMIT")
+        assert _common.git_commit(str(repo)) == head + "-dirty"
     utc = datetime.datetime.strptime(_common.run_stamp()["utc"], "%Y-%m-%dT%H:%M:%SZ")
     assert abs((datetime.datetime.utcnow() - utc).total_seconds()) < 24 * 3600
     for script in set(SCRIPTS) - NOT_BENCHMARKS:  # none writes JSON another way
