@@ -1325,6 +1325,32 @@ def test_replay_table_checks_the_workspace(replay):
     p.release()
 
 
+def test_replay_never_launches_a_graph_dropped_while_it_looked(replay):
+    """The stream-capture test calls Python, where another thread may drop the plan's graphs (the
+    table first, then the graph: ``_forget`` before ``_drop_graph``): a launcher that found the graph
+    before looks at the table again after that test and leaves the call to ``_run``, which executes
+    it; the dropped graph is never launched."""
+    from cudnn_compat._backend.engines.cudnn_engine import plan as plan_mod
+    plan, executes, launched = replay
+    rt = plan.rt
+    v = _values(plan, 0x1000, 0x2000, 0x3000)
+    for _ in range(2):
+        plan.execute(_pack(0x1000, 0x2000, 0x3000), types_stream(0x5150))
+    exe = plan._replay[(v, 0x5150)][0]
+
+    def other_thread_drops(stream):
+        plan._forget()
+        for gk in [gk for gk, g in plan._cuda_graphs.items() if g == exe]:
+            plan._drop_graph(plan._cuda_graphs.pop(gk))
+        return False
+    rt.streamIsCapturing = other_thread_drops
+    n_exec, before = len(executes), collections.Counter(launched())
+    assert plan.launch(v, 0x5150)
+    assert exe in rt.destroyed_execs and not collections.Counter(launched()) - before
+    assert len(executes) == n_exec + 1  # executed by _run (its graph gone: noted again, not replayed)
+    plan.release()
+
+
 def test_compiled_replay_raises_the_drivers_error(replay):
     """A graph launch the driver refuses raises its error (the prepared call's caller logs it and
     runs the general path, ``planner.launch_failed``); nothing is counted."""

@@ -705,8 +705,9 @@ STEADY_TYPE(Launcher, 0, "a cupy plan's record launcher (module docstring)")
  *     capturing  capturing(stream) -> whether the caller is capturing that stream (not asked for 0)
  *     stats      the engine's STATS (its "graph_launches" counted)
  *     given      _given_workspace(workspace, size, need), for a workspace that is not an int
- * Nothing here releases the GIL, and a table entry is never a destroyed graph while that table is
- * the plan's (the plan replaces the table first), so the graph found is launched unlocked. */
+ * A table entry is never a destroyed graph while that table is the plan's (the plan replaces the
+ * table first), and nothing runs between the last look at the table and the launch, so the graph
+ * found is launched unlocked (``replay_hit``). */
 
 typedef int (*graph_launch_fn)(void *exe, void *stream);
 
@@ -741,37 +742,51 @@ static int Replay_init(Replay *self, PyObject *args, PyObject *kw) {
 }
 
 /* the graph to replay for (values, stream, workspace) as a new reference: NULL with no error when the
- * fallback decides (no entry, another workspace, a stream being captured, a form not read here) */
+ * fallback decides (no entry, another workspace, a stream being captured, a form not read here, or the
+ * plan's table replaced meanwhile: the workspace and capture tests call Python, where another thread
+ * may run and replace it before it destroys a graph, so the entry and the table are held across them
+ * and the table is checked again after them; nothing runs between that check and the launch) */
 static PyObject *replay_hit(Replay *self, PyObject *const *args, Py_ssize_t nargs, PyObject *sobj) {
-    PyObject *table = PyList_GET_ITEM(self->state, 0);
+    PyObject *table = PyList_GET_ITEM(self->state, 0), *exe = NULL;
     if (!PyDict_Check(table) || PyDict_GET_SIZE(table) == 0) return NULL;
+    Py_INCREF(table);
     PyObject *key = PyTuple_Pack(2, args[0], sobj);
-    if (key == NULL) return NULL;
-    PyObject *hit = PyDict_GetItemWithError(table, key);  /* borrowed: the table is the plan's while we hold the GIL */
+    if (key == NULL) { Py_DECREF(table); return NULL; }
+    PyObject *hit = PyDict_GetItemWithError(table, key);
     Py_DECREF(key);
-    if (hit == NULL) { if (PyErr_ExceptionMatches(PyExc_TypeError)) PyErr_Clear(); return NULL; }  /* unhashable */
-    if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 3) return NULL;
+    if (hit == NULL) {
+        if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_TypeError)) PyErr_Clear();  /* unhashable */
+        Py_DECREF(table);
+        return NULL;
+    }
+    Py_INCREF(hit);
+    if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 3) goto done;
     int need = PyObject_IsTrue(PyTuple_GET_ITEM(hit, 1));
-    if (need < 0) return NULL;
+    if (need < 0) goto done;
     if (need) {  /* the graph uses the caller's workspace of then (or the plan's scratch: 0): the same now */
         PyObject *ws = nargs > 2 ? args[2] : Py_None, *wss = nargs > 3 ? args[3] : ZERO;
         PyObject *g = PyObject_CallFunctionObjArgs(self->given, ws, wss, PyTuple_GET_ITEM(hit, 1), NULL);
-        if (g == NULL) return NULL;
+        if (g == NULL) goto done;
         int same = PyObject_RichCompareBool(g, PyTuple_GET_ITEM(hit, 2), Py_EQ);
         Py_DECREF(g);
-        if (same <= 0) return NULL;
+        if (same <= 0) goto done;
     }
     int nz = PyObject_IsTrue(sobj);
-    if (nz < 0) return NULL;
+    if (nz < 0) goto done;
     if (nz) {
         PyObject *c = PyObject_CallOneArg(self->capturing, sobj);
-        if (c == NULL) return NULL;
+        if (c == NULL) goto done;
         int t = PyObject_IsTrue(c);
         Py_DECREF(c);
-        if (t) return NULL;
+        if (t) goto done;
     }
-    PyObject *exe = PyTuple_GET_ITEM(hit, 0);
-    Py_INCREF(exe);
+    if (PyList_GET_ITEM(self->state, 0) == table) {  /* still the plan's table: its graphs are alive */
+        exe = PyTuple_GET_ITEM(hit, 0);
+        Py_INCREF(exe);
+    }
+done:
+    Py_DECREF(hit);
+    Py_DECREF(table);
     return exe;
 }
 
