@@ -557,7 +557,9 @@ def main(argv=None):
             print(f"{args.label:8s} {args.place} {case:16s} error: {e}", flush=True)
             continue
         r["engine"] = getattr(fn, "engine", "")
-        calls_made[case] = fn
+        gap = case in GAPS
+        if not gap:
+            calls_made[case] = fn
         if fn.legacy is not None and not args.no_legacy:
             try:
                 r["legacy_median_us"] = measure(fn.legacy, args.calls, sync)["median_us"]
@@ -565,7 +567,6 @@ def main(argv=None):
                 r["legacy_error"] = f"{type(e).__name__}: {e}"[:300]
         if floor is not None and "legacy_median_us" in r:
             r["ctypes_call_us"] = floor
-        gap = case in GAPS
         if gap:
             out.setdefault("gaps", {})[case] = r
         else:
@@ -581,8 +582,6 @@ def main(argv=None):
             text = profile(fn, args.profile_calls)
             r["profile"] = text
             print(text, flush=True)
-        if gap:
-            del calls_made[case]
     if calls_made:
         out["mixed"] = mixed(calls_made, max(20, args.calls // 20), sync)
         m = out["mixed"]

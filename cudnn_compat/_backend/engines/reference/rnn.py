@@ -140,9 +140,7 @@ def rnn_recurrence(op, ins):
     B = len(a["lengths"])
     g = {"RELU": 1, "TANH": 1, "LSTM": 4, "GRU": 3}[mode]
     H = gH // g
-    res = {role: np.zeros(t.dims) for role, t in outs.items()}
-    if "x" in ins:
-        res["gx"] = gx
+    res = {role: gx if role == "gx" else np.zeros(t.dims) for role, t in outs.items()}  # gx: an output with x
     pad = _padding_rows(a)
     if pad.size:
         if "fill" in ins:
