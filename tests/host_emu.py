@@ -248,7 +248,8 @@ class Emu:
         self.captures = self.graph_launches = 0
         _graphs.GRAPHS[0] = types.SimpleNamespace(capture=self.capture, launch=self.glaunch, destroy=self.gdestroy,
                                                   capturing=lambda s: False, capture_stream=lambda device=None: -7,
-                                                  launch_function=lambda: self.glaunch)
+                                                  launch_function=lambda: self.glaunch,
+                                                  replay_form=lambda exe, stream: exe)
         cp = fake_cupy()
         runtime.cupy = lambda: cp
         runtime.function = self.function
@@ -284,7 +285,7 @@ class Emu:
         self.kernels[f].run_params(params, (gx, gy, gz), (bx, by, bz))
 
     # -- CUDA graphs (engines.graphs) -----------------------------------------------------------------
-    def capture(self, launch_all, device=None) -> int:
+    def capture(self, launch_all, device=None, as_kernels=False) -> int:  # as_kernels: graphs replay as graphs
         self._capture = []
         try:
             launch_all(-7)

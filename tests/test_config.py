@@ -34,6 +34,7 @@ CASES = {
     "CUDNN_COMPAT_CUPY_GRAPHS": ({"1": True, "off": False}, ["yes please"]),
     "CUDNN_COMPAT_COMPILED": ({"0": False, "1": True}, ["compiled"]),
     "CUDNN_COMPAT_CUDNN_GRAPHS": ({"off": False, "1": True}, ["-1", "fast"]),
+    "CUDNN_COMPAT_GRAPH_REPLAY": ({"graph": "graph", "KERNELS": "kernels"}, ["1", "graphs"]),
     "CUDNN_COMPAT_CUDNN_AUTOTUNE": ({"4": 4, "1": 1}, ["0", "-3", "all"]),
 }
 

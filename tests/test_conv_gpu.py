@@ -144,3 +144,45 @@ def test_dilated_nchw_forward_every_workspace_algorithm(gpu, rng, algo_name, mat
     cc.cudnnConvolutionForward(gpu, 1.0, xd, cupy.asarray(x), wd, cupy.asarray(w), cd, algo, ws_buf, n, 0.0, yd, yb)
     want = ref_conv(x.astype(np.float64), w.astype(np.float64), pad, (1, 1), dil)
     np.testing.assert_allclose(yb.get(), want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("replay", ["kernels", "graph"])
+@pytest.mark.parametrize("layout, dtype, st, tol", [("NHWC", HALF, np.float16, 2e-2), ("NCHW", FLOAT, np.float32, 1e-4)])
+def test_repeated_calls_on_the_legacy_stream_replay_what_was_captured(gpu, rng, monkeypatch, replay, layout, dtype,
+                                                                       st, tol):
+    """The three directions called again and again on the same buffers on the legacy default stream,
+    new input values written between calls, beta 0 and then 1 (the prior output read): from the
+    second call on, a call replays what that call captured (CUDNN_COMPAT_GRAPH_REPLAY: the graph's
+    kernel launches, or the graph), and every call computes its own formula."""
+    import cupy
+    from cudnn_compat._backend.engines import graphs as graphs_mod
+    from cudnn_compat._backend.engines.cudnn_engine.plan import STATS
+    monkeypatch.setenv("CUDNN_COMPAT_GRAPH_REPLAY", replay)
+    xs, ws, pad, stride = (2, 8, 9, 10), (16, 8, 3, 3), (1, 1), (1, 1)
+    ys = out_shape(xs, ws, pad, stride, (1, 1))
+    wfmt = NHWC if layout == "NHWC" else NCHW
+    xd, yd, wd = desc_for(xs, dtype, layout), desc_for(ys, dtype, layout), fdesc(ws, dtype, wfmt)
+    cd = cdesc(pad, stride, (1, 1), CROSS, FLOAT, 1)
+    bufs = [dev(np.zeros(s), layout, st) for s in (xs, ws, ys, ys, xs, ws)]
+    xb, wb, dyb, yb, dxb, dwb = bufs
+    algo = 1 if layout == "NHWC" else 0
+    kernels0, launches0 = len(graphs_mod.graphs()._kernels), STATS["graph_launches"]
+    prior = [np.zeros(ys), np.zeros(xs), np.zeros(ws)]
+    for step in range(6):
+        x, w, dy = (rng.standard_normal(s).astype(st).astype(np.float64) for s in (xs, ws, ys))
+        for b, v in ((xb, x), (wb, w), (dyb, dy)):
+            b[...] = dev(v, layout, st)
+        beta = 0.0 if step < 4 else 1.0
+        cc.convolutionForward(gpu, 1.0, xd, xb, wd, wb, cd, algo, None, 0, beta, yd, yb)
+        cc.convolutionBackwardData(gpu, 1.0, wd, wb, yd, dyb, cd, algo, None, 0, beta, xd, dxb)
+        cc.convolutionBackwardFilter(gpu, 1.0, xd, xb, yd, dyb, cd, algo, None, 0, beta, wd, dwb)
+        wants = [ref_conv(x, w, pad, stride, (1, 1), 1), ref_bwd_data(dy, w, xs, pad, stride, (1, 1), 1),
+                 ref_bwd_filter(x, dy, ws, pad, stride, (1, 1), 1)]
+        for i, (got, want) in enumerate(zip((host(yb, layout), host(dxb, layout), host(dwb, layout)), wants)):
+            want = want + beta * prior[i]
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=f"step {step} {i}")
+            prior[i] = got
+    cupy.cuda.runtime.deviceSynchronize()
+    assert STATS["graph_launches"] - launches0 >= 3 * 4  # steps 1-3 and 5 at least replay (4 is a new beta)
+    read = len(graphs_mod.graphs()._kernels) - kernels0
+    assert read > 0 if replay == "kernels" else read == 0

@@ -27,7 +27,11 @@
  *   Replay(state, cur, capturing, stats, fallback, graph_launch_address, error, given)
  *       a cudnn plan's launch(values, stream, workspace=None, workspace_size=0) -> bool (Python twin:
  *       cudnn_engine/plan.py CudnnPlan.launch_py, its fallback): a call whose CUDA graph was captured
- *       is one lookup in the plan's replay table and one cuGraphLaunch.
+ *       is one lookup in the plan's replay table and one cuGraphLaunch, or the graph's launches
+ *       (a Kernels in the table).
+ *
+ *   Kernels(records_address, count, keep, addresses, error)
+ *       a captured graph replayed as its kernel launches (engines/graphs.py kernels_of); no twin.
  *
  * Nothing here releases the GIL, so a record found in ``records`` stays alive (and its buffers with
  * it) for the whole call.  The launch function is given as an address (cuLaunchKernel's, or the
@@ -692,6 +696,121 @@ STEADY_NEW(Launcher)
 STEADY_TYPE(Launcher, 0, "a cupy plan's record launcher (module docstring)")
 
 /* ---------------------------------------------------------------------------------------------- */
+/* Kernels                                                                                        */
+/* A captured CUDA graph replayed as its launches (engines/graphs.py ``kernels_of``; no Python twin:
+ * where this module is not built, graphs replay as graphs): kernels(stream) launches each record,
+ * in order, on ``stream``: cuLaunchKernelEx with the captured configuration, attributes and
+ * parameters, or cuMemsetD2D{8,16,32}Async.  Replay launches one found in its table directly.
+ *
+ *   Kernels(records_address, count, keep, addresses, error)
+ *     records    ``count`` kernel_record structs (graphs.py KernelRecord) at records_address, their
+ *                parameter buffers and attribute arrays kept alive by ``keep``
+ *     addresses  (cuLaunchKernelEx, cuMemsetD2D8Async, cuMemsetD2D16Async, cuMemsetD2D32Async) */
+
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shm;
+    void *stream;
+    void *attrs;
+    unsigned nattrs;
+} launch_config;  /* CUlaunchConfig */
+
+typedef struct {
+    int kind;  /* 0: a kernel; 1, 2, 4: a memset of that element size */
+    launch_config config;
+    void *f;
+    void **params;
+    unsigned long long dst;
+    size_t pitch, width, height;
+    unsigned value;
+} kernel_record;
+
+typedef int (*launch_ex_fn)(const launch_config *config, void *f, void **params, void **extra);
+typedef int (*memset8_fn)(unsigned long long dst, size_t pitch, unsigned char v, size_t w, size_t h, void *stream);
+typedef int (*memset16_fn)(unsigned long long dst, size_t pitch, unsigned short v, size_t w, size_t h, void *stream);
+typedef int (*memset32_fn)(unsigned long long dst, size_t pitch, unsigned int v, size_t w, size_t h, void *stream);
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vc;
+    PyObject *keep, *error;
+    const kernel_record *rec;
+    Py_ssize_t n;
+    launch_ex_fn launch;
+    memset8_fn m8;
+    memset16_fn m16;
+    memset32_fn m32;
+} Kernels;
+
+#define KERNELS_FIELDS(X) X(keep) X(error)
+
+STEADY_GC(Kernels, KERNELS_FIELDS)
+
+STEADY_NEW(Kernels)
+
+static int Kernels_init(Kernels *self, PyObject *args, PyObject *kw) {
+    unsigned long long at, a0, a1, a2, a3;
+    Py_ssize_t n;
+    PyObject *keep, *error;
+    if (!PyArg_ParseTuple(args, "KnO(KKKK)O", &at, &n, &keep, &a0, &a1, &a2, &a3, &error)) return -1;
+    if (self->keep) { PyErr_SetString(PyExc_TypeError, "Kernels is initialized once"); return -1; }
+    if (!at || n < 1 || !a0 || !a1 || !a2 || !a3) { PyErr_SetString(PyExc_ValueError, "no records or no launch functions"); return -1; }
+    const kernel_record *rec = (const kernel_record *)(uintptr_t)at;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int k = rec[i].kind;
+        if (k != 0 && k != 1 && k != 2 && k != 4) { PyErr_Format(PyExc_ValueError, "record %zd: kind %d", i, k); return -1; }
+        if (k == 0 && !rec[i].f) { PyErr_Format(PyExc_ValueError, "record %zd: no function", i); return -1; }
+    }
+    Py_INCREF(keep); self->keep = keep;
+    Py_INCREF(error); self->error = error;
+    self->rec = rec; self->n = n;
+    self->launch = (launch_ex_fn)(uintptr_t)a0;
+    self->m8 = (memset8_fn)(uintptr_t)a1;
+    self->m16 = (memset16_fn)(uintptr_t)a2;
+    self->m32 = (memset32_fn)(uintptr_t)a3;
+    return 0;
+}
+
+/* launch every record on ``stream``: 0, or the first failed call's status */
+static int kernels_launch(Kernels *k, void *stream) {
+    for (Py_ssize_t i = 0; i < k->n; i++) {
+        const kernel_record *r = &k->rec[i];
+        int st;
+        if (r->kind == 0) {
+            launch_config c = r->config;
+            c.stream = stream;
+            st = k->launch(&c, r->f, r->params, NULL);
+        } else if (r->kind == 1) {
+            st = k->m8(r->dst, r->pitch, (unsigned char)r->value, r->width, r->height, stream);
+        } else if (r->kind == 2) {
+            st = k->m16(r->dst, r->pitch, (unsigned short)r->value, r->width, r->height, stream);
+        } else {
+            st = k->m32(r->dst, r->pitch, r->value, r->width, r->height, stream);
+        }
+        if (st) return st;
+    }
+    return 0;
+}
+
+static PyObject *Kernels_vcall(Kernels *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (self->keep == NULL) { PyErr_SetString(PyExc_RuntimeError, "cleared kernels"); return NULL; }
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || PyVectorcall_NARGS(nargsf) != 1 || !PyLong_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "kernels(stream: int)");
+        return NULL;
+    }
+    void *st = PyLong_AsVoidPtr(args[0]);
+    if (st == NULL && PyErr_Occurred()) return NULL;
+    int status = kernels_launch(self, st);
+    if (status) return launch_error(self->error, status);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Kernels_len(Kernels *self, void *closure) { return PyLong_FromSsize_t(self->n); }
+
+static PyGetSetDef Kernels_getset[] = {{"count", (getter)Kernels_len, NULL, "the number of launches", NULL}, {NULL}};
+
+STEADY_TYPE(Kernels, 0, "a captured CUDA graph replayed as its launches (see _steady.c)", .tp_getset = Kernels_getset)
+
+/* ---------------------------------------------------------------------------------------------- */
 /* Replay                                                                                         */
 /* A cudnn plan's launch(values, stream, workspace=None, workspace_size=0) -> bool for a call whose
  * CUDA graph was captured (Python twin: cudnn_engine/plan.py CudnnPlan.launch_py, which it calls for
@@ -699,7 +818,7 @@ STEADY_TYPE(Launcher, 0, "a cupy plan's record launcher (module docstring)")
  * one cuGraphLaunch.
  *
  *   Replay(state, cur, capturing, stats, fallback, graph_launch_address, error, given)
- *     state      the plan's [replay table, unseen]: table (values, stream) -> (graphExec, workspace
+ *     state      the plan's [replay table, unseen]: table (values, stream) -> (graphExec or a Kernels, workspace
  *                need, the caller's workspace pointer the graph uses or 0), replaced by a new dict
  *                before any graph in it is destroyed; unseen set to 0 on a replay
  *     capturing  capturing(stream) -> whether the caller is capturing that stream (not asked for 0)
@@ -804,10 +923,17 @@ static PyObject *Replay_vcall(Replay *self, PyObject *const *args, size_t nargsf
         if (PyErr_Occurred()) return NULL;
         return PyObject_Vectorcall(self->fallback, args, nargsf, NULL);
     }
-    void *e = PyLong_AsVoidPtr(exe), *st = PyLong_AsVoidPtr(sobj);
-    Py_DECREF(exe); Py_DECREF(sobj);
-    if (PyErr_Occurred()) return NULL;
-    int status = self->glaunch(e, st);
+    int status;
+    void *st = PyLong_AsVoidPtr(sobj);
+    Py_DECREF(sobj);
+    if (Py_TYPE(exe) == &KernelsType) {  /* the graph as its launches (engines/graphs.py kernels_of) */
+        status = PyErr_Occurred() ? -1 : kernels_launch((Kernels *)exe, st);
+    } else {
+        void *e = PyLong_AsVoidPtr(exe);
+        status = PyErr_Occurred() ? -1 : self->glaunch(e, st);
+    }
+    Py_DECREF(exe);
+    if (status < 0) return NULL;
     if (status) return launch_error(self->error, status);
     PyObject *n = PyDict_GetItemWithError(self->stats, self->counted);
     if (n == NULL) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "graph_launches"); return NULL; }
@@ -1616,6 +1742,70 @@ static int stub_graph_launch(void *exe, void *stream) {  /* logged as a launch o
     return 0;
 }
 
+/* the Kernels stubs: cuLaunchKernelEx logged as stub_launch logs, with its attributes (stub_attrs);
+ * a memset logged as f = dst, grid = (width, height, value), block = (element size, 0, 0), shm = pitch */
+typedef struct { int id; char pad[4]; unsigned char val[64]; } launch_attribute;  /* CUlaunchAttribute */
+static struct { int n; int id[4]; unsigned v[4][3]; } stub_attr_log[STUB_MAX];
+
+static int stub_launch_ex(const launch_config *c, void *f, void **params, void **extra) {
+    int at = stub_n;
+    int st = stub_launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shm, c->stream, params, extra);
+    if (st == 0 && at < STUB_MAX) {
+        const launch_attribute *a = (const launch_attribute *)c->attrs;
+        stub_attr_log[at].n = (int)c->nattrs;
+        for (unsigned i = 0; i < c->nattrs && i < 4; i++) {
+            stub_attr_log[at].id[i] = a[i].id;
+            memcpy(stub_attr_log[at].v[i], a[i].val, sizeof(stub_attr_log[at].v[i]));
+        }
+    }
+    return st;
+}
+
+static int stub_memset(unsigned esize, unsigned long long dst, size_t pitch, unsigned v, size_t w, size_t h, void *stream) {
+    if (stub_status) return stub_status;
+    if (stub_n < STUB_MAX) {
+        memset(&stub_log[stub_n], 0, sizeof(stub_log[stub_n]));
+        stub_attr_log[stub_n].n = 0;
+        stub_log[stub_n].f = (void *)(uintptr_t)dst; stub_log[stub_n].stream = stream; stub_log[stub_n].shm = (unsigned)pitch;
+        stub_log[stub_n].g[0] = (unsigned)w; stub_log[stub_n].g[1] = (unsigned)h; stub_log[stub_n].g[2] = v;
+        stub_log[stub_n].b[0] = esize;
+    }
+    stub_n++;
+    return 0;
+}
+
+static int stub_m8(unsigned long long d, size_t p, unsigned char v, size_t w, size_t h, void *s) { return stub_memset(1, d, p, v, w, h, s); }
+static int stub_m16(unsigned long long d, size_t p, unsigned short v, size_t w, size_t h, void *s) { return stub_memset(2, d, p, v, w, h, s); }
+static int stub_m32(unsigned long long d, size_t p, unsigned int v, size_t w, size_t h, void *s) { return stub_memset(4, d, p, v, w, h, s); }
+
+static PyObject *kernels_stub(PyObject *mod, PyObject *args) {
+    int nargs, status = 0;
+    if (!PyArg_ParseTuple(args, "i|i", &nargs, &status)) return NULL;
+    if (nargs < 0 || nargs > 8) { PyErr_SetString(PyExc_ValueError, "0 to 8 arguments"); return NULL; }
+    stub_n = 0; stub_nargs = nargs; stub_status = status;
+    return Py_BuildValue("(KKKK)", (unsigned long long)(uintptr_t)stub_launch_ex, (unsigned long long)(uintptr_t)stub_m8,
+                         (unsigned long long)(uintptr_t)stub_m16, (unsigned long long)(uintptr_t)stub_m32);
+}
+
+static PyObject *stub_attrs(PyObject *mod, PyObject *unused) {
+    int n = stub_n < STUB_MAX ? stub_n : STUB_MAX;
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (int k = 0; k < n; k++) {
+        int na = stub_attr_log[k].n < 4 ? stub_attr_log[k].n : 4;
+        PyObject *t = PyTuple_New(na);
+        if (!t) { Py_DECREF(out); return NULL; }
+        for (int i = 0; i < na; i++) {
+            PyObject *e = Py_BuildValue("(i(III))", stub_attr_log[k].id[i], stub_attr_log[k].v[i][0], stub_attr_log[k].v[i][1],
+                                        stub_attr_log[k].v[i][2]);
+            if (!e) { Py_DECREF(t); Py_DECREF(out); return NULL; }
+            PyTuple_SET_ITEM(t, i, e);
+        }
+        PyList_SET_ITEM(out, k, t);
+    }
+    return out;
+}
+
 static PyObject *stub(PyObject *mod, PyObject *args) {
     int nargs, status = 0;
     if (!PyArg_ParseTuple(args, "i|i", &nargs, &status)) return NULL;
@@ -1653,6 +1843,9 @@ static PyMethodDef methods[] = {
     {"stub", stub, METH_VARARGS, "stub(nargs, status=0) -> the address of a recording launch function (tests)"},
     {"graph_stub", graph_stub, METH_VARARGS, "graph_stub(status=0) -> the address of a recording graph launch "
      "function (tests): stub_calls() lists its launches as (graphExec, (0, 0, 0), (0, 0, 0), 0, stream, ())"},
+    {"kernels_stub", kernels_stub, METH_VARARGS, "kernels_stub(nargs, status=0) -> recording (cuLaunchKernelEx, "
+     "cuMemsetD2D8Async, cuMemsetD2D16Async, cuMemsetD2D32Async) addresses (tests; see stub_calls, stub_attrs)"},
+    {"stub_attrs", stub_attrs, METH_NOARGS, "per launch since a stub: ((attribute id, its first 3 uint32), ...)"},
     {"stub_calls", stub_calls, METH_NOARGS, "the launches the stub saw since stub(): (f, grid, block, shm, stream, args)"},
     {NULL},
 };
@@ -1661,7 +1854,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_steady", "The stead
 
 PyMODINIT_FUNC PyInit__steady(void) {
     if (PyType_Ready(&ValuesType) < 0 || PyType_Ready(&LauncherType) < 0 || PyType_Ready(&RunType) < 0
-            || PyType_Ready(&SiteType) < 0 || PyType_Ready(&ReplayType) < 0) return NULL;
+            || PyType_Ready(&SiteType) < 0 || PyType_Ready(&ReplayType) < 0
+            || PyType_Ready(&KernelsType) < 0) return NULL;
 #define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
     INTERN(S_dtype, "dtype"); INTERN(S_c, "_c_contiguous"); INTERN(S_f, "_f_contiguous"); INTERN(S_nbytes, "nbytes");
     INTERN(S_data, "data"); INTERN(S_ptr, "ptr"); INTERN(S_switch, "switch"); INTERN(S_place, "place"); INTERN(S_owner, "owner");
@@ -1678,7 +1872,9 @@ PyMODINIT_FUNC PyInit__steady(void) {
     Py_INCREF(&RunType);
     Py_INCREF(&SiteType);
     Py_INCREF(&ReplayType);
+    Py_INCREF(&KernelsType);
     if (PyModule_AddObject(m, "Replay", (PyObject *)&ReplayType) < 0 ||
+        PyModule_AddObject(m, "Kernels", (PyObject *)&KernelsType) < 0 ||
         PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0 ||
         PyModule_AddObject(m, "Site", (PyObject *)&SiteType) < 0 ||
         PyModule_AddObject(m, "Values", (PyObject *)&ValuesType) < 0 ||

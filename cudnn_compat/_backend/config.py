@@ -175,6 +175,10 @@ VARIABLES = (
     Variable("CUDNN_COMPAT_CUPY_GRAPHS", False, boolean, "cupy engine: replay cached launch records as CUDA graphs "
              "(less host time per call; off: at batch 32 the ResNet-50 step ran slower with it)", "1|0"),
     Variable("CUDNN_COMPAT_CUDNN_GRAPHS", True, boolean, "cudnn engine: replay cached plans as CUDA graphs", "1|0"),
+    Variable("CUDNN_COMPAT_GRAPH_REPLAY", "kernels", choice("kernels", "graph"),
+             "cudnn engine: on the legacy default stream, replay a captured call as the graph's kernel launches "
+             "(a graph of at most 4 kernels and memsets, where _steady.c is built) or as one graph launch",
+             "kernels|graph"),
     Variable("CUDNN_COMPAT_CUDNN_AUTOTUNE", None, int_at_least(1),
              "cudnn engine: configs timed per graph (unset: every config of a plain convolution, 3 for fused "
              "graphs; N: mode A's first N and N more)", "N >= 1"),

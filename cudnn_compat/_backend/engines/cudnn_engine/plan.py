@@ -13,7 +13,8 @@ cost of cudnnBackendExecute (~10 us on an H100 host) dominates a cached call, so
 call with the same native plan, variant pack (data pointers, workspace), stream and by-value
 scalar values (a graph fixes them as captured) captures
 that execute into a CUDA graph (``engines.graphs``, the engines' one capture: a side stream) and every
-later such call is one cudaGraphLaunch on the caller's stream, found by the prepared call's
+later such call is one cudaGraphLaunch on the caller's stream (on the legacy default stream the
+graph's few kernel launches, ``CUDNN_COMPAT_GRAPH_REPLAY``: ``engines.graphs`` says why), found by the prepared call's
 launcher in one lookup of (values, stream) (the replay table, emptied whenever a graph or the
 scratch it used goes away).  The kernels read and write
 the same buffers at run time, so results are those of the execute; calls on a stream that is
@@ -173,8 +174,8 @@ class CudnnPlan(ExecutionPlan):
         self._box = [{}, 0]
         self.launch = self._launcher()
 
-    # (values, stream) -> (graphExec, workspace need, the caller's workspace pointer it uses or 0): the
-    # launcher's first look (``launch``).  Replaced by a new dict (``_forget``) before a graph in it or the
+    # (values, stream) -> (graphExec or its launches (``Graphs.replay_form``), workspace need, the caller's
+    # workspace pointer it uses or 0): the launcher's first look (``launch``).  Replaced by a new dict (``_forget``) before a graph in it or the
     # plan's own scratch goes away, so that an entry of the plan's table is never a destroyed graph.
     _replay = property(lambda self: self._box[0])
 
@@ -339,7 +340,7 @@ class CudnnPlan(ExecutionPlan):
                         gr.launch(g, sptr)
                         STATS["graph_launches"] += 1
                         try:
-                            self._replay[(values, sptr)] = (g, need, given)
+                            self._replay[(values, sptr)] = (gr.replay_form(g, sptr), need, given)
                         except TypeError:  # an unhashable value (a 0-d array scalar): no replay entry
                             pass
                         return True
@@ -362,7 +363,7 @@ class CudnnPlan(ExecutionPlan):
             if st:
                 raise RuntimeError(f"cudnnBackendExecute returned {_lib.STATUS_NAME.get(st, st)} under capture")
         try:
-            exe = _graphs.graphs().capture(launch_all, self.device)
+            exe = _graphs.graphs().capture(launch_all, self.device, as_kernels=True)
         except Exception:  # noqa: BLE001 - anything at all: this (plan, pack, stream) executes directly
             STATS["capture_failures"] += 1
             return -1
