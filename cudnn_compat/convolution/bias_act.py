@@ -120,7 +120,7 @@ def convolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDes
 
     wsize = int(workSpaceSizeInBytes or 0)
     form = _use_split(h, key, build, xd, wd, yd, zd, cd, bd, ad, algo)
-    if form is not None and _run_split(form, h, yd, zd, bd, ad, a1, a2, x, w, y, z, bias, workSpace, wsize):
+    if form is not None and _run_split(form, h, a1, a2, x, w, y, z, bias, workSpace, wsize):
         return
     tensors = {X: (x, "x"), W: (w, "w"), Y: (y, "y"), BIAS: (bias, "bias")}
     if use_z:
@@ -164,8 +164,10 @@ _SPLIT_MAX = 1024
 
 def _split_form(xd, wd, yd, zd, cd, bd, ad, algo):
     """((the plain convolution's plan-cache key, its graph builder) by beta == 0, (the epilogue's
-    plan-cache key, its graph builder) by whether it adds z); None for the INT8 configs (their y is
-    not the convolution's result type).  Made once per fused key: a call only picks from it."""
+    plan-cache key, its graph builder) by whether it adds z, (bias's IR tensor, z's, the bytes y
+    spans)); None for the INT8 configs (their y is not the convolution's result type).  Made once
+    per fused key (which holds every descriptor's settings): a call only picks from it, and its
+    preflight reads the IR tensors' layouts once (``data.layout`` keeps them per tensor object)."""
     call = _checked_call(FWD, xd, wd, yd, cd)
     if call.config in INT8_CONFIGS:
         return None
@@ -174,7 +176,7 @@ def _split_form(xd, wd, yd, zd, cd, bd, ad, algo):
     keys = (yd.key(), zd.key(), bd.key(), ad.key())
     epilogue = tuple((("ConvolutionBiasActivationForward.epilogue",) + keys + (add_z,),
                       (lambda add_z=add_z: _epilogue(yd, zd, bd, ad, add_z))) for add_z in (False, True))
-    return conv, epilogue
+    return conv, epilogue, (bd.ir(BIAS, "bias"), zd.ir(Z, "z"), extent_bytes(yd.ir(Y, "y")))
 
 
 def _use_split(h, key, build, xd, wd, yd, zd, cd, bd, ad, algo):
@@ -212,25 +214,24 @@ def _epilogue(yd, zd, bd, ad, add_z: bool) -> OperationGraph:
     return OperationGraph(ops, "ConvolutionBiasActivationForward.epilogue")
 
 
-def _apart(z, y, yd) -> bool:
-    """z and y are buffers that share no byte of y's extent (False when that cannot be told)."""
+def _apart(z, y, n: int) -> bool:
+    """z and y are buffers that share no byte of y's extent (``n`` bytes; False when that cannot be told)."""
     az, ay = address(z), address(y)
     if az is None or ay is None:
         return False
-    n = extent_bytes(yd.ir(Y, "y"))
     return az >= ay + n or ay >= az + n
 
 
-def _run_split(form, h, yd, zd, bd, ad, a1, a2, x, w, y, z, bias, workSpace, wsize) -> bool:
+def _run_split(form, h, a1, a2, x, w, y, z, bias, workSpace, wsize) -> bool:
     """The split form of one call (module docstring); False (nothing run) when z overlaps y without
     being it: the fused graph runs then."""
+    conv, epilogue, (bias_ir, z_ir, y_bytes) = form
     add_z = a2 != 0 and not same_buffer(z, y)
-    if add_z and not _apart(z, y, yd):
+    if add_z and not _apart(z, y, y_bytes):
         return False
-    items = [(bias, bd.ir(BIAS, "bias"), "bias", False)] + ([(z, zd.ir(Z, "z"), "z", False)] if add_z else [])
-    preflight(h, items)  # the epilogue's buffers, before the convolution writes y
+    items = [(bias, bias_ir, "bias", False)] + ([(z, z_ir, "z", False)] if add_z else [])
+    preflight(h, items, pointers=True)  # the epilogue's buffers, before the convolution writes y
     beta = 0.0 if add_z else a2
-    conv, epilogue = form
     _call.run(h, *conv[beta == 0], {X: (x, "x"), W: (w, "w"), Y: (y, "y")}, {ALPHA: a1, BETA: beta},
               workSpace, wsize, workspace_arg="workSpaceSizeInBytes")
     tensors = {Y: (y, "y"), BIAS: (bias, "bias")}
