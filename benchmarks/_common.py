@@ -103,6 +103,45 @@ def cuda_time(fn, iters: int = 10, reps: int = 5, warm: int = 2, events: str = "
     return {"ms": statistics.median(per), "min_ms": min(per), "reps_ms": per}
 
 
+def issue_time(fn, iters: int = 10, reps: int = 3, warm: int = 2, sync=None) -> float:
+    """Host milliseconds per call spent issuing ``fn`` (no synchronization inside a repetition; ``sync``
+    between repetitions, untimed), the median over ``reps``: against ``cuda_time``'s figure for the
+    same calls it says whether they are bound by the host (about equal) or by the device."""
+    for _ in range(warm):
+        fn()
+    per = []
+    for _ in range(reps):
+        if sync:
+            sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        per.append((time.perf_counter() - t0) * 1e3 / iters)
+    if sync:
+        sync()
+    return statistics.median(per)
+
+
+def py_calib() -> int:
+    """A fixed pure-Python workload: its time (``host_calib_us``) compares host speeds between machines."""
+    d = {1: 2, 3: 4}
+    t = (1, 2, 3)
+    s = 0
+    for i in range(20):
+        s += d.get(i & 3, 0) + len(t)
+    return s
+
+
+def host_calib_us(calls: int = 20000) -> float:
+    """Median microseconds of one ``py_calib`` (the host's Python speed, as launch_paths prints it)."""
+    ts, pc = [], time.perf_counter
+    for _ in range(calls):
+        t0 = pc()
+        py_calib()
+        ts.append(pc() - t0)
+    return statistics.median(ts) * 1e6
+
+
 def wall_time(fn, iters: int = 10, warm: int = 1, sync=None) -> float:
     """Host wall milliseconds per call (``sync`` after the loop)."""
     for _ in range(warm):

@@ -46,7 +46,9 @@ recorded replay as in (c); off with ``--no-small-legacy``); ``--small-iters`` (2
 repetition, ``--small-reps`` (3) repetitions, 3 warm-up steps.  ``eager_over_captured`` = ours_ms /
 ours_graph_ms, against the issue's target ``target_eager_over_captured`` (2.0: the eager step at
 most twice the captured one), ``eager_over_captured_ok``, and ``torch_eager_over_captured`` beside
-it.  Checked there: the loss and the four gradients above against torch's from the same weights
+it; ``ours_host_ms``, the host time that issues one eager step (``_common.issue_time``: about
+``ours_ms`` when the step is host-bound), and ``host_calib_us``, the host's Python speed
+(``_common.py_calib``, launch_paths' figure), to compare rows from other machines.  Checked there: the loss and the four gradients above against torch's from the same weights
 (``max_rel_err_vs_torch``, ``rel_errs_vs_torch``; in fp16 at batch 1 these gradients differ by O(1)
 in max norm, and torch fp16 from torch fp32 as much, on the CPU at 64-128 px: there the loss is the
 check), the captured step's loss (``ours_graph_loss_rel_err_vs_ours``), the legacy replay's loss
@@ -77,7 +79,8 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import ROOT, cuda_time, fmt_ms, meta, missing_gpu_stack, rel_err, repo_on_path, write_json  # noqa: E402
+from _common import (ROOT, cuda_time, fmt_ms, host_calib_us, issue_time, meta, missing_gpu_stack, rel_err,  # noqa: E402
+                     repo_on_path, write_json)
 
 repo_on_path()
 import cudnn_compat as cc  # noqa: E402
@@ -776,9 +779,12 @@ def small_batch_row(ex, h, args, dtype, layout, N: int = 1) -> dict:
     row["eager_over_captured_ok"] = None if ratio is None else ratio <= TARGET_EAGER_OVER_CAPTURED
     row["torch_eager_over_captured"] = _ratio(row.get("torch_ms"), row.get("torch_graph_ms"))
     tr = row["torch_eager_over_captured"]
+    host = row.get("ours_host_ms")
     print(f"{name}: ours eager / captured " + (f"{ratio:.2f}" if ratio is not None else "-")
           + f" (target <= {TARGET_EAGER_OVER_CAPTURED:g}); torch eager / captured "
-          + (f"{tr:.2f}" if tr is not None else "-"), flush=True)
+          + (f"{tr:.2f}" if tr is not None else "-")
+          + (f"; our eager step issued in {host:.2f} ms of host time (py_calib {row.get('host_calib_us')} us)"
+             if host is not None else ""), flush=True)
     return row
 
 
@@ -822,6 +828,10 @@ def _small_batch_columns(row, net, h, args, dtype, layout, N, S, classes) -> Non
     _safe(row, "torch_ms", torch_step)
 
     ours_columns(row, net, h, x, labels, p0, loss0, it)
+    # what bounds the eager step: the host's issuing of it (about ours_ms: host-bound) or the device;
+    # and the host's Python speed, to compare runs on other machines
+    row["ours_host_ms"] = issue_time(lambda: net.step(x, labels, lr=LR, sync=False), sync=net.net.sync, **it)
+    row["host_calib_us"] = round(host_calib_us(), 3)
 
     def legacy():
         prog, step, _k = legacy_step(net, x, labels, layout, p0, loss0, row)

@@ -35,7 +35,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import device_name, missing_gpu_stack, write_json_file  # noqa: E402
+from _common import device_name, missing_gpu_stack, py_calib, write_json_file  # noqa: E402
 
 SRC = r'''extern "C" __global__ void scale(const float* x, float* y, float a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < 128) y[i] = a * x[i]; }'''
@@ -54,15 +54,6 @@ def med(fn, calls, sync):
             sync()
     sync()
     return statistics.median(ts) * 1e6
-
-
-def py_calib():
-    d = {1: 2, 3: 4}
-    t = (1, 2, 3)
-    s = 0
-    for i in range(20):
-        s += d.get(i & 3, 0) + len(t)
-    return s
 
 
 def main(argv=None):

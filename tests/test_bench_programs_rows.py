@@ -119,7 +119,7 @@ def test_small_batch_row_on_the_cpu(bench, monkeypatch, tmp_path, dtype, layout)
     assert row["name"] == f"resnet50_step {dtype} {layout} N=1 64x64 width 0.25"
     assert row["kind"] == "resnet50_step" and row["N"] == 1 and row["autotune"] == "4"
     assert bench.AUTOTUNE_VAR not in os.environ
-    for col in ("ours_ms", "torch_ms"):
+    for col in ("ours_ms", "torch_ms", "ours_host_ms", "host_calib_us"):
         assert isinstance(row[col], float) and row[col] > 0, col
     assert row["ours_graph_ms"] == 2.0 and row["torch_graph_ms"] == 4.0
     assert row["eager_over_captured"] == pytest.approx(row["ours_ms"] / 2.0)
