@@ -48,7 +48,8 @@ ours_graph_ms, against the issue's target ``target_eager_over_captured`` (2.0: t
 most twice the captured one), ``eager_over_captured_ok``, and ``torch_eager_over_captured`` beside
 it; ``ours_host_ms``, the host time that issues one eager step (``_common.issue_time``: about
 ``ours_ms`` when the step is host-bound), and ``host_calib_us``, the host's Python speed
-(``_common.py_calib``, launch_paths' figure), to compare rows from other machines.  Checked there: the loss and the four gradients above against torch's from the same weights
+(``_common.py_calib``, launch_paths' figure), to compare rows from other machines.  Checked
+there: the loss and the four gradients above against torch's from the same weights
 (``max_rel_err_vs_torch``, ``rel_errs_vs_torch``; in fp16 at batch 1 these gradients differ by O(1)
 in max norm, and torch fp16 from torch fp32 as much, on the CPU at 64-128 px: there the loss is the
 check), the captured step's loss (``ours_graph_loss_rel_err_vs_ours``), the legacy replay's loss

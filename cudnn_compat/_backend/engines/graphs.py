@@ -261,7 +261,8 @@ class Driver:
         k = max(n.value, 1)
         a, b, d = (ctypes.c_void_p * k)(), (ctypes.c_void_p * k)(), (_Edge * k)()
         if n.value:
-            self._ok(self._cu.cuGraphGetEdges_v2(ctypes.c_void_p(graph), a, b, d, ctypes.byref(n)), "cuGraphGetEdges_v2")
+            self._ok(self._cu.cuGraphGetEdges_v2(ctypes.c_void_p(graph), a, b, d, ctypes.byref(n)),
+                     "cuGraphGetEdges_v2")
         return [(a[i], b[i], d[i].type) for i in range(n.value)]
 
     def node_type(self, node: int) -> int:

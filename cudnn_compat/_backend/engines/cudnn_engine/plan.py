@@ -175,8 +175,9 @@ class CudnnPlan(ExecutionPlan):
         self.launch = self._launcher()
 
     # (values, stream) -> (graphExec or its launches (``Graphs.replay_form``), workspace need, the caller's
-    # workspace pointer it uses or 0): the launcher's first look (``launch``).  Replaced by a new dict (``_forget``) before a graph in it or the
-    # plan's own scratch goes away, so that an entry of the plan's table is never a destroyed graph.
+    # workspace pointer it uses or 0): the launcher's first look (``launch``).  Replaced by a new dict
+    # (``_forget``) before a graph in it or the plan's own scratch goes away, so that an entry of the
+    # plan's table is never a destroyed graph.
     _replay = property(lambda self: self._box[0])
 
     def _get_unseen(self) -> int:
