@@ -84,7 +84,8 @@ class EmuArray:
     """A CuPy array stand-in over a NumPy array: what the legacy layer's CuPy fast paths read
     (``type(buf) is cupy.ndarray``, dtype, contiguity, nbytes, ``data.ptr``)."""
 
-    __slots__ = ("host", "dtype", "nbytes", "data", "_c_contiguous", "_f_contiguous", "flags", "shape", "size")
+    __slots__ = ("host", "dtype", "nbytes", "data", "_c_contiguous", "_f_contiguous", "flags", "shape", "size",
+                 "__weakref__")  # CuPy arrays take weak references (the compiled binder memoizes pointers by them)
 
     def __init__(self, host: np.ndarray):
         self.host = host

@@ -13,6 +13,7 @@ lean cached path; the cuDNN 9 enum values against the installed header.
 import collections
 import os
 import re
+import types
 
 import numpy as np
 import pytest
@@ -1319,9 +1320,22 @@ def test_replay_table_checks_the_workspace(replay):
     assert p.launch(v, None, types_stream(0x7000), 512) and len(launched()) == 3  # A as an object with .ptr
     assert not p.launch(v, None, 0x7000, 128)  # A, too small: the plan's own scratch, its pack not made yet
     assert not p.launch(v, None, 0x8000, 256)  # B: its pack is not made yet (the general path makes it)
+    # the forms the compiled replay reads without Python (a CuPy array: .data.ptr; NULL; a size of None)
+    # and one it leaves to _given_workspace (.data without .ptr): each decided as the twin decides
+
+    class Array:
+        def __init__(self, ptr, data=True):
+            self.data = types.SimpleNamespace(ptr=ptr) if data else types.SimpleNamespace()
+    assert p.launch(v, None, Array(0x7000), 256) and len(launched()) == 4  # A as a CuPy array: replayed
+    for ws, size in ((Array(0x8000), 256), (Array(0x7000), 128), (Array(0x7000), None), (None, 512), (0, 512),
+                     (0x7000, None)):
+        assert not p.launch(v, None, ws, size) and len(launched()) == 4, (ws, size)
+    with pytest.raises(AttributeError):  # neither form: _given_workspace's own error, from either launcher
+        p.launch(v, None, Array(0x7000, data=False), 256)
+    assert len(launched()) == 4
     n = len(executes)
     p.execute(_vp({1: 0x1000, 2: 0x2000, 3: 0x3000, 5003: 0x3000, ALPHA: 1.0, BETA: 1.0}, 0x8000, 256), None)
-    assert len(executes) == n + 1 and len(launched()) == 3  # executed with B, not A's graph
+    assert len(executes) == n + 1 and len(launched()) == 4  # executed with B, not A's graph
     p.release()
 
 

@@ -823,7 +823,7 @@ STEADY_TYPE(Kernels, 0, "a captured CUDA graph replayed as its launches (see _st
  *                before any graph in it is destroyed; unseen set to 0 on a replay
  *     capturing  capturing(stream) -> whether the caller is capturing that stream (not asked for 0)
  *     stats      the engine's STATS (its "graph_launches" counted)
- *     given      _given_workspace(workspace, size, need), for a workspace that is not an int
+ *     given      _given_workspace(workspace, size, need), for a workspace given_c does not read
  * A table entry is never a destroyed graph while that table is the plan's (the plan replaces the
  * table first), and nothing runs between the last look at the table and the launch, so the graph
  * found is launched unlocked (``replay_hit``). */
@@ -860,6 +860,34 @@ static int Replay_init(Replay *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* ``given`` (plan.py _given_workspace) without calling Python for the forms a call passes: NULL (None or
+ * 0), an int pointer, or an object whose .data.ptr is an int (a CuPy array), with an int size or None.
+ * 1 with *out (a new reference), 0 when the Python function decides (any other form), -1 with an error */
+static int given_c(PyObject *ws, PyObject *wss, PyObject *need, PyObject **out) {
+    if (!PyLong_CheckExact(need) || !(wss == Py_None || PyLong_CheckExact(wss))) return 0;
+    if (is_null(ws)) { Py_INCREF(ZERO); *out = ZERO; return 1; }
+    int enough = wss == Py_None ? PyObject_RichCompareBool(ZERO, need, Py_GE) : PyObject_RichCompareBool(wss, need, Py_GE);
+    if (enough < 0) return -1;
+    if (!enough) { Py_INCREF(ZERO); *out = ZERO; return 1; }
+    if (PyLong_CheckExact(ws)) { Py_INCREF(ws); *out = ws; return 1; }
+    PyObject *mem = PyObject_GetAttr(ws, S_data);
+    if (mem == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *p = PyObject_GetAttr(mem, S_ptr);
+    Py_DECREF(mem);
+    if (p == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    if (!PyLong_CheckExact(p)) { Py_DECREF(p); return 0; }
+    *out = p;
+    return 1;
+}
+
 /* the graph to replay for (values, stream, workspace) as a new reference: NULL with no error when the
  * fallback decides (no entry, another workspace, a stream being captured, a form not read here, or the
  * plan's table replaced meanwhile: the workspace and capture tests call Python, where another thread
@@ -883,8 +911,10 @@ static PyObject *replay_hit(Replay *self, PyObject *const *args, Py_ssize_t narg
     int need = PyObject_IsTrue(PyTuple_GET_ITEM(hit, 1));
     if (need < 0) goto done;
     if (need) {  /* the graph uses the caller's workspace of then (or the plan's scratch: 0): the same now */
-        PyObject *ws = nargs > 2 ? args[2] : Py_None, *wss = nargs > 3 ? args[3] : ZERO;
-        PyObject *g = PyObject_CallFunctionObjArgs(self->given, ws, wss, PyTuple_GET_ITEM(hit, 1), NULL);
+        PyObject *ws = nargs > 2 ? args[2] : Py_None, *wss = nargs > 3 ? args[3] : ZERO, *g = NULL;
+        int known = given_c(ws, wss, PyTuple_GET_ITEM(hit, 1), &g);
+        if (known < 0) goto done;
+        if (!known) g = PyObject_CallFunctionObjArgs(self->given, ws, wss, PyTuple_GET_ITEM(hit, 1), NULL);
         if (g == NULL) goto done;
         int same = PyObject_RichCompareBool(g, PyTuple_GET_ITEM(hit, 2), Py_EQ);
         Py_DECREF(g);
