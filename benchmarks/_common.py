@@ -105,8 +105,11 @@ def cuda_time(fn, iters: int = 10, reps: int = 5, warm: int = 2, events: str = "
 
 def issue_time(fn, iters: int = 10, reps: int = 3, warm: int = 2, sync=None) -> float:
     """Host milliseconds per call spent issuing ``fn`` (no synchronization inside a repetition; ``sync``
-    between repetitions, untimed), the median over ``reps``: against ``cuda_time``'s figure for the
-    same calls it says whether they are bound by the host (about equal) or by the device."""
+    between repetitions, untimed), the median over ``reps``.  Against ``cuda_time``'s figure for the
+    same calls it says whether they are bound by the host, but only while the launch queue never
+    fills: once it does, a launch waits for the device and issuing takes as long as running.  For a
+    call of hundreds of launches use ``iters=1`` (each call issued from an idle queue) and compare
+    with ``device_floor_ms``."""
     for _ in range(warm):
         fn()
     per = []
@@ -120,6 +123,67 @@ def issue_time(fn, iters: int = 10, reps: int = 3, warm: int = 2, sync=None) -> 
     if sync:
         sync()
     return statistics.median(per)
+
+
+_SPIN = []
+
+
+def device_floor_ms(fn, reps: int = 7, warm: int = 2, spin_ms: float = 60.0) -> dict:
+    """What the device needs for ``fn``'s launches when the host is not the limit: a spin kernel
+    (``%globaltimer``, ``spin_ms``) holds the legacy stream while ``fn`` issues everything behind it,
+    and events around ``fn`` time the device's run of the queued launches (the per-launch gaps stay;
+    the host's speed does not show).  {'ms': median, 'min_ms', 'host_ms': the median host time
+    issuing ``fn`` behind the spin}.  ``spin_ms`` must outlast that host time (checked)."""
+    import cupy
+    if not _SPIN:
+        _SPIN.append(cupy.RawKernel(r"""extern "C" __global__ void spin(unsigned long long ns) {
+            unsigned long long t0, t;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+            do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+        }""", "spin"))
+    spin = _SPIN[0]
+    for _ in range(warm):
+        fn()
+    dev, host = [], []
+    for _ in range(reps):
+        cupy.cuda.Device().synchronize()
+        a, b = cupy.cuda.Event(), cupy.cuda.Event()
+        spin((1,), (1,), (cupy.uint64(int(spin_ms * 1e6)),))
+        a.record()
+        t0 = time.perf_counter()
+        fn()
+        host.append((time.perf_counter() - t0) * 1e3)
+        b.record()
+        b.synchronize()
+        dev.append(cupy.cuda.get_elapsed_time(a, b))
+    if statistics.median(host) > 0.8 * spin_ms:
+        raise RuntimeError(f"device_floor_ms: issuing took {statistics.median(host):.1f} ms, the spin lasts "
+                           f"{spin_ms} ms: raise spin_ms")
+    return {"ms": statistics.median(dev), "min_ms": min(dev), "host_ms": statistics.median(host)}
+
+
+def driver_launch_us(calls: int = 20000) -> float:
+    """Median host microseconds of one cuLaunchKernel of an empty kernel on the legacy stream (CuPy's
+    Cython binding, parameters packed once; the queue drained every 500): the driver's own cost of a
+    launch on this host, which no library on it can go below (launch_paths' ``driver_launch_nopatch``)."""
+    import ctypes
+    import cupy
+    f = cupy.RawKernel(r'extern "C" __global__ void empty(int *p) {}', "empty").kernel.ptr
+    slot = ctypes.c_uint64(0)
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(slot))
+    lk, addr, sync = cupy.cuda.driver.launchKernel, ctypes.addressof(params), cupy.cuda.Device().synchronize
+    for _ in range(500):
+        lk(f, 1, 1, 1, 32, 1, 1, 0, 0, addr, 0)
+    sync()
+    ts, pc = [], time.perf_counter
+    for i in range(calls):
+        t0 = pc()
+        lk(f, 1, 1, 1, 32, 1, 1, 0, 0, addr, 0)
+        ts.append(pc() - t0)
+        if i % 500 == 499:
+            sync()
+    sync()
+    return statistics.median(ts) * 1e6
 
 
 def py_calib() -> int:

@@ -46,9 +46,16 @@ recorded replay as in (c); off with ``--no-small-legacy``); ``--small-iters`` (2
 repetition, ``--small-reps`` (3) repetitions, 3 warm-up steps.  ``eager_over_captured`` = ours_ms /
 ours_graph_ms, against the issue's target ``target_eager_over_captured`` (2.0: the eager step at
 most twice the captured one), ``eager_over_captured_ok``, and ``torch_eager_over_captured`` beside
-it; ``ours_host_ms``, the host time that issues one eager step (``_common.issue_time``: about
-``ours_ms`` when the step is host-bound), and ``host_calib_us``, the host's Python speed
-(``_common.py_calib``, launch_paths' figure), to compare rows from other machines.  Checked
+it.  What bounds the eager step: ``ours_host_ms``, the host time that issues one step from an idle
+launch queue (``_common.issue_time``, one step a repetition, so the queue never fills and no launch
+waits for the device), and ``ours_floor_ms``, the device's time for one step whose launches were all
+queued before it started (``_common.device_floor_ms``: behind a spin kernel; the gaps between
+launches stay, the host's speed does not show); ``ours_ms`` is about the larger of the two.
+``host_calib_us``, the host's Python speed (``_common.py_calib``, launch_paths' figure), compares
+rows from other machines.  The driver's share of the host time: ``ours_launches`` (the step's kernels
+and memsets, torch.profiler), ``driver_launch_us`` (one bare cuLaunchKernel on this host,
+``_common.driver_launch_us``) and their product ``driver_floor_ms``, which no library issuing those
+launches one by one goes below.  Checked
 there: the loss and the four gradients above against torch's from the same weights
 (``max_rel_err_vs_torch``, ``rel_errs_vs_torch``; in fp16 at batch 1 these gradients differ by O(1)
 in max norm, and torch fp16 from torch fp32 as much, on the CPU at 64-128 px: there the loss is the
@@ -80,8 +87,8 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (ROOT, cuda_time, fmt_ms, host_calib_us, issue_time, meta, missing_gpu_stack, rel_err,  # noqa: E402
-                     repo_on_path, write_json)
+from _common import (ROOT, cuda_time, device_floor_ms, driver_launch_us, fmt_ms, host_calib_us,  # noqa: E402
+                     issue_time, meta, missing_gpu_stack, rel_err, repo_on_path, write_json)
 
 repo_on_path()
 import cudnn_compat as cc  # noqa: E402
@@ -205,7 +212,7 @@ def torch_kernels(step, top: int = 15) -> dict:
         if t:
             rows.append((e.key, t / 1e3, e.count))
     rows.sort(key=lambda r: -r[1])
-    return {"kernel_ms": round(sum(r[1] for r in rows), 4),
+    return {"kernel_ms": round(sum(r[1] for r in rows), 4), "launches": sum(r[2] for r in rows),
             "top": [{"kernel": k[:120], "ms": round(ms, 4), "count": n} for k, ms, n in rows[:top]]}
 
 
@@ -784,7 +791,10 @@ def small_batch_row(ex, h, args, dtype, layout, N: int = 1) -> dict:
     print(f"{name}: ours eager / captured " + (f"{ratio:.2f}" if ratio is not None else "-")
           + f" (target <= {TARGET_EAGER_OVER_CAPTURED:g}); torch eager / captured "
           + (f"{tr:.2f}" if tr is not None else "-")
-          + (f"; our eager step issued in {host:.2f} ms of host time (py_calib {row.get('host_calib_us')} us)"
+          + (f"; our eager step issued in {host:.2f} ms of host time from an idle queue, device floor "
+             f"{fmt_ms(row.get('ours_floor_ms')).strip()} ms; driver floor {fmt_ms(row.get('driver_floor_ms')).strip()} ms "
+             f"({row.get('ours_launches')} launches x {row.get('driver_launch_us')} us; py_calib "
+             f"{row.get('host_calib_us')} us)"
              if host is not None else ""), flush=True)
     return row
 
@@ -829,10 +839,20 @@ def _small_batch_columns(row, net, h, args, dtype, layout, N, S, classes) -> Non
     _safe(row, "torch_ms", torch_step)
 
     ours_columns(row, net, h, x, labels, p0, loss0, it)
-    # what bounds the eager step: the host's issuing of it (about ours_ms: host-bound) or the device;
-    # and the host's Python speed, to compare runs on other machines
-    row["ours_host_ms"] = issue_time(lambda: net.step(x, labels, lr=LR, sync=False), sync=net.net.sync, **it)
+    # what bounds the eager step: the host issuing one step from an idle queue (ours_host_ms), or the
+    # device running its launches queued up front (ours_floor_ms); the host's Python speed, to compare
+    # runs on other machines
+    step = lambda: net.step(x, labels, lr=LR, sync=False)  # noqa: E731
+    row["ours_host_ms"] = issue_time(step, iters=1, reps=15, warm=2, sync=net.net.sync)
     row["host_calib_us"] = round(host_calib_us(), 3)
+    if net.net.place == "gpu":
+        _safe(row, "ours_floor_ms", lambda: device_floor_ms(step)["ms"])
+        # the driver's share: the step's launches (kernels and memsets, counted by torch.profiler) times
+        # this host's cost of one bare launch; no library issues those launches in less
+        _safe(row, "ours_launches", lambda: torch_kernels(step)["launches"])
+        _safe(row, "driver_launch_us", lambda: round(driver_launch_us(), 3))
+        if row.get("ours_launches") and row.get("driver_launch_us"):
+            row["driver_floor_ms"] = round(row["ours_launches"] * row["driver_launch_us"] / 1e3, 3)
 
     def legacy():
         prog, step, _k = legacy_step(net, x, labels, layout, p0, loss0, row)

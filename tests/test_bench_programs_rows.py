@@ -121,6 +121,7 @@ def test_small_batch_row_on_the_cpu(bench, monkeypatch, tmp_path, dtype, layout)
     assert bench.AUTOTUNE_VAR not in os.environ
     for col in ("ours_ms", "torch_ms", "ours_host_ms", "host_calib_us"):
         assert isinstance(row[col], float) and row[col] > 0, col
+    assert not {"ours_floor_ms", "ours_launches", "driver_launch_us", "driver_floor_ms"} & set(row)  # GPU only
     assert row["ours_graph_ms"] == 2.0 and row["torch_graph_ms"] == 4.0
     assert row["eager_over_captured"] == pytest.approx(row["ours_ms"] / 2.0)
     assert row["target_eager_over_captured"] == 2.0
