@@ -31,6 +31,15 @@ except ImportError as _e:  # not built (no C compiler at install, or a plain che
     _MODULE, _NOT_BUILT = None, str(_e)
 
 _LAUNCH: list = [None, None]  # cuLaunchKernel, cuGraphLaunch
+_LIBCUDA: list = []
+
+
+def libcuda() -> ctypes.CDLL:
+    """The CUDA driver library through ctypes (opened once; CuPy has loaded it already): the launch
+    addresses here and ``engines.graphs.Driver``'s graph queries."""
+    if not _LIBCUDA:
+        _LIBCUDA.append(ctypes.CDLL("libcuda.so.1"))
+    return _LIBCUDA[0]
 
 
 def module():
@@ -59,7 +68,7 @@ def graph_launch_address(runtime) -> "int | None":
     if runtime is None or runtime is not sys.modules.get("cupy_backends.cuda.api.runtime"):
         return None
     if _LAUNCH[1] is None:
-        _LAUNCH[1] = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuGraphLaunch, ctypes.c_void_p).value
+        _LAUNCH[1] = ctypes.cast(libcuda().cuGraphLaunch, ctypes.c_void_p).value
     return _LAUNCH[1]
 
 
@@ -71,5 +80,5 @@ def launch_address(launch) -> "int | None":
     if driver is None or launch is not getattr(driver, "launchKernel", None):
         return None
     if _LAUNCH[0] is None:
-        _LAUNCH[0] = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernel, ctypes.c_void_p).value
+        _LAUNCH[0] = ctypes.cast(libcuda().cuLaunchKernel, ctypes.c_void_p).value
     return _LAUNCH[0]

@@ -239,7 +239,7 @@ class Driver:
     ``Graphs`` a stand-in with the same methods."""
 
     def __init__(self):
-        self._cu = cu = ctypes.CDLL("libcuda.so.1")
+        self._cu = cu = _steady.libcuda()
         self._param_info = (getattr(cu, "cuFuncGetParamInfo", None), getattr(cu, "cuKernelGetParamInfo", None))
 
     def _ok(self, status: int, what: str) -> None:
