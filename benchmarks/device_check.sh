@@ -63,8 +63,8 @@ run_if_time() {  # name, timeout, command...: only when the run stays under BUDG
 # allows 600 s a command): a skipped step says so in the summary.
 run_if_time bench_attention 80 python3 benchmarks/bench_attention.py --out "$RES"
 run_if_time bench_conv_zoo 80 python3 benchmarks/bench_conv_zoo.py --budget 60 --out "$RES"
-# bench_programs: the N=32 rows, then the N=1 rows (issue 26 item 8: ours eager / captured; ~25-40 s of the 200)
-run_if_time bench_programs 200 python3 benchmarks/bench_programs.py --no-host --batches 32,1 --out "$RES"
+# bench_programs: the N=32 rows, then the N=1 rows (issue 26 item 8: ours eager / captured, what bounds it; ~45 s a row of the 220)
+run_if_time bench_programs 220 python3 benchmarks/bench_programs.py --no-host --batches 32,1 --out "$RES"
 run_if_time host_overhead 45 python3 benchmarks/host_overhead.py --place gpu --calls 2000 \
     --json "$RES/host_overhead_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' _).json"
 # the host cost of each way to launch, and the GPU time of CUDA-graph launches (why launch-record graphs are off)
