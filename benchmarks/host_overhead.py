@@ -38,6 +38,10 @@ After the families, ``mixed``: every case called in turn, one call each per roun
 different families (each call site's code and data are cold again when it comes back), ours and
 the legacy column, against the same calls repeated.
 
+On the GPU the run first prints ``driver_launch_us`` (one bare cuLaunchKernel of an empty kernel on
+this host: the driver's share of a one-launch call, below which no call path goes) and
+``host_calib_us`` (the host's Python speed), since both move up to 2x between lent machines.
+
 ``--root`` imports cudnn_compat from another tree (e.g. an export of an older commit) so
 before/after can be measured by one script.  Prints microseconds per call: median (per-call
 perf_counter; the figure the target is on), mean (timeit) and this thread's CPU time per call;
@@ -537,6 +541,13 @@ def main(argv=None):
         import cupy
         sync = cupy.cuda.runtime.deviceSynchronize
         out["device"] = _device_name()
+        # the driver's own share of a one-launch call on this host (no call path goes below it), and the
+        # host's Python speed: what a case's median means on this machine
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _common import driver_launch_us, host_calib_us
+        out["driver_launch_us"], out["host_calib_us"] = driver_launch_us(), host_calib_us()
+        print(f"bare cuLaunchKernel on this host: {out['driver_launch_us']:.2f} us; py_calib "
+              f"{out['host_calib_us']:.2f} us", flush=True)
     floor = None
     calls_made = {}  # the cases that ran: the ``mixed`` figure calls them in turn
     if args.place == "gpu" and not args.no_legacy:
