@@ -14,7 +14,6 @@ rule_gpu_pool_flat (gpu)                       CuPy's memory pool stays flat ove
 Size: N = 2,000 cycles per type in CI; CUDNN_COMPAT_LEAK_CYCLES=100000 for the full run.
 """
 import gc
-import math
 import os
 import tracemalloc
 import weakref
@@ -45,19 +44,25 @@ def traced():
     tracemalloc.stop()
 
 
-def heap_growth(cycle, n=CYCLES, warmup=100) -> int:
+def heap_growth(cycle, n=CYCLES, warmup=100, settle=None) -> int:
     """Bytes the traced heap grew over ``n`` calls of ``cycle(i)`` after ``warmup`` calls: the smaller of
     two consecutive measurements.  tracemalloc counts every thread's allocations, and in a whole-suite run a
     thread an earlier test left behind can allocate during one window (a few hundred KB, seen in CI order
-    only); a leak of the calls themselves grows the heap in both windows, so it still fails."""
+    only); a leak of the calls themselves grows the heap in both windows, so it still fails.  ``settle()``
+    runs before each reading: it empties bounded tables that the cycle fills and that are cleared when
+    full, whose fill at either end of a window would otherwise read as growth or shrinkage."""
     for i in range(warmup):
         cycle(i)
     grew = []
     for _ in range(2):
+        if settle:
+            settle()
         gc.collect()
         before = tracemalloc.get_traced_memory()[0]
         for i in range(n):
             cycle(i)
+        if settle:
+            settle()
         gc.collect()
         grew.append(tracemalloc.get_traced_memory()[0] - before)
     return min(grew)
@@ -160,13 +165,20 @@ def test_rule_repeated_calls_leave_memory_flat(handle):
         except cc.CuDNNError:
             pass
 
-    # a fresh descriptor adds an entry to each function's call-site memo and recipe table, bounded
-    # tables cleared when full: a window of whole periods ends where it began, whatever the tables
-    # held when the test started (earlier tests fill them); a leak still grows with every period
-    period = math.lcm(memo.MAXSIZE, recipes.MAXSIZE)
-    n = period * max(1, CYCLES // period)
-    grew = heap_growth(cycle, n=n, warmup=200)
-    assert grew < SLACK, f"{n} rounds of calls grew the heap by {grew} bytes"
+    def settle():
+        """A fresh descriptor adds an entry to each function's call-site memo and recipe table (bounded,
+        cleared when full, filled to any point by earlier tests): both emptied at each reading, after
+        checking they kept their bounds."""
+        assert all(len(m) <= memo.MAXSIZE for m in memo.MEMOS)
+        memo.clear_all()
+        for name in ("cudnnActivationForward", "cudnnAddTensor"):
+            table = getattr(cc.LEGACY[name], "recipes", None)  # a compiled Site's table (none: the wrapper)
+            if table is not None:
+                assert len(table) <= recipes.MAXSIZE, name
+                table.clear()
+
+    grew = heap_growth(cycle, warmup=200, settle=settle)
+    assert grew < SLACK, f"{CYCLES} rounds of calls grew the heap by {grew} bytes"
 
 
 @pytest.fixture
