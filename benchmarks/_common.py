@@ -162,6 +162,26 @@ def device_floor_ms(fn, reps: int = 7, warm: int = 2, spin_ms: float = 60.0) -> 
     return {"ms": statistics.median(dev), "min_ms": min(dev), "host_ms": statistics.median(host)}
 
 
+def median_us(fn, calls: int, sync=None, warm: int = 200, every: int = 1000) -> float:
+    """Median microseconds of one ``fn()`` over ``calls`` calls timed one by one, after ``warm`` calls;
+    ``sync`` (if given) after the warm-up, every ``every`` calls (so a launch queue never fills) and
+    at the end, untimed."""
+    for _ in range(warm):
+        fn()
+    if sync:
+        sync()
+    ts, pc = [], time.perf_counter
+    for i in range(calls):
+        t0 = pc()
+        fn()
+        ts.append(pc() - t0)
+        if sync and i % every == every - 1:
+            sync()
+    if sync:
+        sync()
+    return statistics.median(ts) * 1e6
+
+
 def driver_launch_us(calls: int = 20000) -> float:
     """Median host microseconds of one cuLaunchKernel of an empty kernel on the legacy stream (CuPy's
     Cython binding, parameters packed once; the queue drained every 500): the driver's own cost of a
@@ -171,19 +191,9 @@ def driver_launch_us(calls: int = 20000) -> float:
     f = cupy.RawKernel(r'extern "C" __global__ void empty(int *p) {}', "empty").kernel.ptr
     slot = ctypes.c_uint64(0)
     params = (ctypes.c_void_p * 1)(ctypes.addressof(slot))
-    lk, addr, sync = cupy.cuda.driver.launchKernel, ctypes.addressof(params), cupy.cuda.Device().synchronize
-    for _ in range(500):
-        lk(f, 1, 1, 1, 32, 1, 1, 0, 0, addr, 0)
-    sync()
-    ts, pc = [], time.perf_counter
-    for i in range(calls):
-        t0 = pc()
-        lk(f, 1, 1, 1, 32, 1, 1, 0, 0, addr, 0)
-        ts.append(pc() - t0)
-        if i % 500 == 499:
-            sync()
-    sync()
-    return statistics.median(ts) * 1e6
+    lk, addr = cupy.cuda.driver.launchKernel, ctypes.addressof(params)
+    return median_us(lambda: lk(f, 1, 1, 1, 32, 1, 1, 0, 0, addr, 0), calls, cupy.cuda.Device().synchronize,
+                     warm=500, every=500)
 
 
 def py_calib() -> int:
@@ -198,12 +208,7 @@ def py_calib() -> int:
 
 def host_calib_us(calls: int = 20000) -> float:
     """Median microseconds of one ``py_calib`` (the host's Python speed, as launch_paths prints it)."""
-    ts, pc = [], time.perf_counter
-    for _ in range(calls):
-        t0 = pc()
-        py_calib()
-        ts.append(pc() - t0)
-    return statistics.median(ts) * 1e6
+    return median_us(py_calib, calls, warm=0)
 
 
 def wall_time(fn, iters: int = 10, warm: int = 1, sync=None) -> float:

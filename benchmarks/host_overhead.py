@@ -66,6 +66,8 @@ GAPS = ("conv_bias_act_nchw",)  # see the module docstring
 
 
 def _setup_path(root):
+    """cudnn_compat from ``root`` (default: this tree), and benchmarks/ for _common."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.abspath(root) if root else here)
 
@@ -515,7 +517,6 @@ def profile(fn, calls: int, top: int = 22) -> str:
 
 
 def _device_name() -> str:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _common import device_name
     return device_name()
 
@@ -543,7 +544,6 @@ def main(argv=None):
         out["device"] = _device_name()
         # the driver's own share of a one-launch call on this host (no call path goes below it), and the
         # host's Python speed: what a case's median means on this machine
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from _common import driver_launch_us, host_calib_us
         out["driver_launch_us"], out["host_calib_us"] = driver_launch_us(), host_calib_us()
         print(f"bare cuLaunchKernel on this host: {out['driver_launch_us']:.2f} us; py_calib "
@@ -615,7 +615,6 @@ def main(argv=None):
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(here, "results", f"host_overhead_{out['device'].replace(' ', '_')}.json")
     if path:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from _common import write_json_file
         write_json_file(path, out)
         print(f"wrote {path}")

@@ -30,30 +30,14 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import device_name, missing_gpu_stack, py_calib, write_json_file  # noqa: E402
+from _common import device_name, median_us as med, missing_gpu_stack, py_calib, write_json_file  # noqa: E402
 
 SRC = r'''extern "C" __global__ void scale(const float* x, float* y, float a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < 128) y[i] = a * x[i]; }'''
-
-
-def med(fn, calls, sync):
-    for _ in range(200):
-        fn()
-    sync()
-    ts, pc = [], time.perf_counter
-    for i in range(calls):
-        t0 = pc()
-        fn()
-        ts.append(pc() - t0)
-        if i % 1000 == 999:
-            sync()
-    sync()
-    return statistics.median(ts) * 1e6
 
 
 def main(argv=None):
