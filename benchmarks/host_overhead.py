@@ -58,6 +58,9 @@ import sys
 import time
 import timeit
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import device_name, driver_launch_us, host_calib_us, median_us, write_json_file  # noqa: E402
+
 TARGET_US = 8.0
 CASES = ("conv_fwd", "conv_bwd_data", "conv_bwd_filter", "conv_bias_act", "act_fwd", "act_bwd", "add_tensor",
          "op_tensor", "reduce_tensor", "bn_fwd_train", "bn_fwd_inf", "bn_bwd", "pool_fwd", "pool_bwd",
@@ -66,8 +69,6 @@ GAPS = ("conv_bias_act_nchw",)  # see the module docstring
 
 
 def _setup_path(root):
-    """cudnn_compat from ``root`` (default: this tree), and benchmarks/ for _common."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.abspath(root) if root else here)
 
@@ -456,18 +457,8 @@ def measure(fn, calls: int, sync=None) -> dict:
     for _ in range(calls):
         fn()
     cpu = (time.thread_time() - t0) / calls * 1e6
-    if sync:
-        sync()
-    ts, pc = [], time.perf_counter
-    for i in range(calls):
-        t0 = pc()
-        fn()
-        ts.append(pc() - t0)
-        if sync and i % 1000 == 999:  # keep the launch queue short (a full queue blocks the launch)
-            sync()
-    if sync:
-        sync()
-    return {"mean_us": mean, "median_us": statistics.median(ts) * 1e6, "thread_cpu_us": cpu}
+    # per call, the queue drained every 1000 calls (a full queue blocks the launch)
+    return {"mean_us": mean, "median_us": median_us(fn, calls, sync, warm=0), "thread_cpu_us": cpu}
 
 
 def mixed(fns: dict, rounds: int, sync=None) -> dict:
@@ -516,11 +507,6 @@ def profile(fn, calls: int, top: int = 22) -> str:
     return buf.getvalue()
 
 
-def _device_name() -> str:
-    from _common import device_name
-    return device_name()
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--place", choices=("cpu", "gpu", "emu"), default="cpu")
@@ -541,10 +527,9 @@ def main(argv=None):
     if args.place == "gpu":
         import cupy
         sync = cupy.cuda.runtime.deviceSynchronize
-        out["device"] = _device_name()
+        out["device"] = device_name()
         # the driver's own share of a one-launch call on this host (no call path goes below it), and the
         # host's Python speed: what a case's median means on this machine
-        from _common import driver_launch_us, host_calib_us
         out["driver_launch_us"], out["host_calib_us"] = driver_launch_us(), host_calib_us()
         print(f"bare cuLaunchKernel on this host: {out['driver_launch_us']:.2f} us; py_calib "
               f"{out['host_calib_us']:.2f} us", flush=True)
@@ -615,7 +600,6 @@ def main(argv=None):
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(here, "results", f"host_overhead_{out['device'].replace(' ', '_')}.json")
     if path:
-        from _common import write_json_file
         write_json_file(path, out)
         print(f"wrote {path}")
     return out
