@@ -291,6 +291,96 @@ def test_a_stale_recipe_follows_the_new_settings(emu, rng):
         cc.cudnnActivationForward(h, ad, 1.0, xd, dx, 0.0, xd, dy)
 
 
+
+# -- the replay's resolved prepared call (_steady.c Settled) follows every change ----------------------
+
+_SITE_OF = {"act_fwd": "cudnnActivationForward", "add_tensor": "cudnnAddTensor", "bn_train":
+            "cudnnBatchNormalizationForwardTraining", "pool_bwd": "cudnnPoolingBackward", "op_tensor": "cudnnOpTensor",
+            "softmax_fwd": "cudnnSoftmaxForward"}
+
+
+def _settled(site) -> list:
+    """The Settled objects of ``site``'s recipes (each recipe's last item: one slot per key)."""
+    return [x for r in site.recipes.values() if len(r) == 13 for x in r[12] if x is not None]
+
+
+@pytest.mark.parametrize("case", sorted(_SITE_OF))
+def test_a_settled_replay_follows_every_change(emu, rng, case):
+    """From its third call a replay runs its key's Settled (no dicts, no lookup of the prepared call).
+    Call after call against the reference engine on the CPU place, through each change a Settled must
+    see: other buffers, the prepared-call tables emptied (``bump``), the plans retired (plan cache
+    cleared), an override and an environment setting in force (the Python path runs then), an output
+    of another dtype in a new array (likely at the freed array's address: the same error as the
+    Python wrapper's, nothing written)."""
+    import host_emu
+    from cudnn_compat._backend import config as _config
+    from cudnn_compat._backend.plan_cache import CACHE
+    from cudnn_compat._core import call as _call
+    ins, outs, call = CASES[case](rng)
+    hc, h = cc.cudnnCreate("cpu"), emu.handle()
+    site = cc.LEGACY[_SITE_OF[case]]
+    site.recipes.clear()  # only this test's call sites (earlier tests' recipes keep their own Settled)
+    host = _f32({**ins, **outs})
+    ref = {k: v.copy() for k, v in host.items()}
+    dev = {k: host_emu.EmuArray(v) for k, v in host.items()}
+
+    def both(alpha, beta):
+        call(hc, ref, alpha, beta)
+        call(h, dev, alpha, beta)
+        assert_close({k: ref[k] for k in outs}, {k: host[k] for k in outs}, tol=1e-4)
+
+    for _ in range(4):
+        both(1.0, 0.0)
+        both(1.5, 0.5)
+    first = _settled(site)
+    assert first and {type(x).__name__ for x in first} == {"Settled"}
+    assert not _wrapper_frames(lambda: call(h, dev, 1.0, 0.0))
+    call(hc, ref, 1.0, 0.0)
+
+    def new_buffers():
+        host.update({k: v.copy() for k, v in host.items()})
+        dev.update({k: host_emu.EmuArray(v) for k, v in host.items()})
+
+    changes = (("other buffers", new_buffers, None), ("tables emptied", _call.clear_prepared, None),
+               ("plans retired", CACHE.clear, None),
+               ("an override", None, lambda: _config.override("CUDNN_COMPAT_CPU_FALLBACK", "0")),
+               ("an environment setting", None, lambda: pytest.MonkeyPatch.context()))
+    for label, change, ctx in changes:
+        before = _settled(site)
+        if change is not None:
+            change()
+        for alpha, beta in ((2.0, 0.0), (0.5, 0.25), (1.0, 0.0), (3, 1)) * 2:
+            if ctx is None:
+                both(alpha, beta)
+                continue
+            with ctx() as mp:
+                if mp is not None:
+                    mp.setenv("CUDNN_COMPAT_ENGINE", "cupy")
+                assert _wrapper_frames(lambda: call(h, dev, alpha, beta)), f"{label}: the Python path did not run"
+            call(hc, ref, alpha, beta)
+            assert_close({k: ref[k] for k in outs}, {k: host[k] for k in outs}, tol=1e-4)
+        both(1.0, 0.0)
+        assert not _wrapper_frames(lambda: call(h, dev, 1.0, 0.0)), f"{case}: {label}: not replayed after"
+        call(hc, ref, 1.0, 0.0)
+        if label in ("tables emptied", "plans retired"):  # each key's Settled was made again
+            assert not set(map(id, _settled(site))) & set(map(id, before)), f"{label}: a stale Settled is still used"
+    for _ in range(3):  # both keys replayed again: each slot holds a Settled made after the changes
+        both(1.0, 0.0)
+        both(0.5, 0.25)
+    assert not set(map(id, _settled(site))) & set(map(id, first)), "a Settled of before the changes is still used"
+    # an output of another dtype in a new array (the memo's weak reference tells it from the freed one)
+    out = next(iter(outs))
+    for _ in range(3):
+        del dev[out]
+        wrong = host_emu.EmuArray(host[out].astype(np.float64))
+        dev[out] = wrong
+        before = host[out].copy()
+        got = _outcome(lambda *a: call(h, dev, 1.0, 0.0), (), {}, {})
+        dev[out] = host_emu.EmuArray(host[out])
+        assert got[0] == "error" and got[2] == cc.CUDNN_STATUS_BAD_PARAM, (case, got)
+        np.testing.assert_array_equal(host[out], before)
+        both(1.0, 0.0)
+
 def test_in_place_with_other_strides_has_no_recipe(rng):
     """x == y with different strides is checked per call (BAD_PARAM): such a site gets no recipe, and
     every call still raises."""

@@ -49,6 +49,8 @@ class PlanCache:
         # Count a hit that skipped the lookup (a prepared call of a cached plan): the counter's own
         # C method, so the prepared call's count is no Python frame of its own
         self.hit = self._hits.__next__
+        # ``touch`` without its Python frame (the compiled prepared call's): KeyError once evicted
+        self.touch_or_raise = self._d.move_to_end
 
     @property
     def hits(self) -> int:

@@ -26,7 +26,7 @@ plans that take raw pointers: the generated variant-pack binder's addresses) and
 None when the general path must run the call (the caller then plans, binds and executes it
 through ``planner.execute``, which makes what the launcher lacked).  A call that ran counts as a
 plan-cache hit; every ``TOUCH_EVERY + 1``-th call moves the plan to the LRU end (hashing the key
-costs a tenth of a call), so a plan in use stays among the recently used unless over
+costs half a call), so a plan in use stays among the recently used unless over
 CUDNN_COMPAT_PLAN_CACHE_SIZE other signatures are planned between two moves.  A prepared call
 whose plan left the cache (``plan.retired``) is stale: the caller drops it.
 """
@@ -35,7 +35,7 @@ from __future__ import annotations
 from .plan_cache import CACHE
 from .planner import execute, launch_failed
 
-TOUCH_EVERY = 7
+TOUCH_EVERY = 63  # a mask: every 64th call moves the plan
 _HIT = CACHE.hit
 
 

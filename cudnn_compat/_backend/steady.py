@@ -49,6 +49,13 @@ def module():
     return _MODULE
 
 
+def bump() -> None:
+    """Make every compiled replay's resolved prepared call (``_steady.c`` Settled) stale: called after
+    each change of the prepared-call tables (``_core.call``), so that a replay looks its call up again."""
+    if _MODULE is not None:
+        _MODULE.bump()
+
+
 def status() -> dict:
     """{"built", "used", "reason"}: whether the extension is built and used, and why not (the doctor's
     "compiled path" line)."""

@@ -94,7 +94,7 @@ class Recipe:
                 tuple(names.index(b) for b in self.betas),
                 tuple(pos[n] for n in self.unread), tuple([np.ndarray] + nd), ws, tuple(self.constants.items()),
                 tuple(tuple(pos[n] for n in d) for d in self.distinct),
-                bound)
+                bound, [None] * len(self.keys))  # per key: the replay's Settled (_steady.c), made by the replay
 
 
 class Bound:
