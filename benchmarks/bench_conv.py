@@ -7,7 +7,8 @@ fp16/bf16, DEFAULT_MATH (TF32 allowed, torch's allow_tf32) for fp32; each row re
 after warm-up; TFLOP/s.
 
   ours      cudnn_compat.cudnnConvolution* (the whole cached legacy call: plan-cache lookup,
-            binding, variant pack, execute)
+            binding, variant pack, execute) with the algorithm our cudnnFind*Algorithm ranks
+            fastest of the row's math type: the legacy column's rule (``ours_algo``, ``legacy_algo``)
   ours_plan the cached plan's execute alone (no legacy-layer binding): the engine's cost
   legacy    the real cudnnConvolution* through ctypes
   torch     F.conv2d / aten.convolution_backward
@@ -104,25 +105,28 @@ class Ours:
         self.h, self.pb = handle, pb
         self.xd, self.yd, self.wd, self.cd = conv_descriptors(pb, "CUDNN_" + MATH_OF[pb.dtype])
 
-    def call(self, direction):
-        pb, h = self.pb, self.h
-        if direction == "fwd":
-            algo = cc.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
-            ws = cc.cudnnGetConvolutionForwardWorkspaceSize(h, self.xd, self.wd, self.cd, self.yd, algo)
-            buf = cupy.empty(max(ws, 1), cupy.uint8)
-            return lambda: cc.cudnnConvolutionForward(h, 1.0, self.xd, pb.x, self.wd, pb.w, self.cd, algo, buf, ws,
-                                                      0.0, self.yd, pb.y)
-        if direction == "bwd_data":
-            algo = cc.CUDNN_CONVOLUTION_BWD_DATA_ALGO_0
-            ws = cc.cudnnGetConvolutionBackwardDataWorkspaceSize(h, self.wd, self.yd, self.cd, self.xd, algo)
-            buf = cupy.empty(max(ws, 1), cupy.uint8)
-            return lambda: cc.cudnnConvolutionBackwardData(h, 1.0, self.wd, pb.w, self.yd, pb.y, self.cd, algo, buf,
-                                                           ws, 0.0, self.xd, pb.x)
-        algo = cc.CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0
-        ws = cc.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, self.xd, self.yd, self.cd, self.wd, algo)
+    def args(self, direction):
+        pb = self.pb
+        return {"fwd": ((self.xd, pb.x), (self.wd, pb.w), (self.yd, pb.y)),
+                "bwd_data": ((self.wd, pb.w), (self.yd, pb.y), (self.xd, pb.x)),
+                "bwd_filter": ((self.xd, pb.x), (self.yd, pb.y), (self.wd, pb.w))}[direction]
+
+    def call(self, direction, algo=None):
+        """(the call, its algo): by default our cudnnFind*Algorithm's fastest result of the row's math
+        type (else the fastest) and its workspace size, the legacy column's rule (``Legacy.call``),
+        as a ported program picks its algorithm."""
+        h = self.h
+        (d1, a1), (d2, a2), (d3, a3) = self.args(direction)
+        k = KIND[direction]
+        if algo is None:
+            perf = getattr(cc, f"cudnnFindConvolution{k}Algorithm")(h, d1, d2, self.cd, d3, 16)
+            ok = [dict(algo=p.algo, time=p.time, mathType=p.mathType) for p in perf
+                  if p.status == cc.CUDNN_STATUS_SUCCESS]
+            algo = fastest_of_math(ok, MATH_OF[self.pb.dtype])["algo"]
+        ws = getattr(cc, f"cudnnGetConvolution{k}WorkspaceSize")(h, d1, d2, self.cd, d3, algo)
         buf = cupy.empty(max(ws, 1), cupy.uint8)
-        return lambda: cc.cudnnConvolutionBackwardFilter(h, 1.0, self.xd, pb.x, self.yd, pb.y, self.cd, algo, buf,
-                                                         ws, 0.0, self.wd, pb.w)
+        fn = getattr(cc, f"cudnnConvolution{k}")
+        return (lambda: fn(h, 1.0, d1, a1, d2, a2, self.cd, algo, buf, ws, 0.0, d3, a3)), algo
 
 
 def last_plan():
@@ -212,7 +216,7 @@ def bench_layers(args, rows):
                 row = dict(config=cname, layer=pb.name, dir=d, n=args.batch, gflop=pb.flops / 1e9,
                            math=MATH_OF[dtype])
                 try:
-                    f = ours.call(d)
+                    f, row["ours_algo"] = ours.call(d)
                     row["ours_ms"] = timeit(f, args.iters)
                     plan = last_plan()
                     row["ours_engine"], row["ours_config"] = plan.engine, str(plan.config)
@@ -350,7 +354,7 @@ def bench_host(args, out):
         out["ours_bias_act_engine"] = last_plan().engine
         return f
 
-    makers = {"ours_us": lambda: ours.call("fwd"), "ours_plan_us": lambda: plan_only(last_plan(), pb, "fwd"),
+    makers = {"ours_us": lambda: ours.call("fwd", algo=1)[0], "ours_plan_us": lambda: plan_only(last_plan(), pb, "fwd"),
               "ours_bias_act_us": bias_act,
               "legacy_us": lambda: leg.call("fwd", algo=1)[0],
               "torch_us": lambda: (lambda: F.conv2d(x, w, None, 1, 1))}
@@ -369,7 +373,7 @@ def bench_host(args, out):
         import cProfile
         import io
         import pstats
-        f = ours.call("fwd")
+        f = ours.call("fwd", algo=1)[0]
         f()
         prof = cProfile.Profile()
         prof.enable()

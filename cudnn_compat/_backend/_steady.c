@@ -33,6 +33,9 @@
  *   Kernels(records_address, count, keep, addresses, error)
  *       a captured graph replayed as its kernel launches (engines/graphs.py kernels_of); no twin.
  *
+ *   Run, Site: _core.call.run's prepared part and a legacy function's recipe replay (below); a
+ *   Site's replay keeps per key a Settled (no constructor from Python; ``bump()`` makes them stale).
+ *
  * Nothing here releases the GIL, so a record found in ``records`` stays alive (and its buffers with
  * it) for the whole call.  The launch function is given as an address (cuLaunchKernel's, or the
  * recording stubs below in tests; cuGraphLaunch's for Replay), so this file links against nothing but Python.
