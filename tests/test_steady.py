@@ -374,3 +374,34 @@ def test_values_binder_remembers_the_arrays_that_passed_while_they_live():
     del a
     gc.collect()
     assert ref() is None
+
+
+def test_thread_last_keeps_one_plan_per_thread():
+    """``_core.call._LAST`` compiled (``_steady.ThreadLast``): ``plan`` per thread, unset reads as no
+    attribute (``last_plan()`` None), other attributes are not there."""
+    mod = steady.module()
+    if mod is None:
+        pytest.skip("the compiled steady path is not built")
+    last, other = mod.ThreadLast(), mod.ThreadLast()
+    assert getattr(last, "plan", None) is None
+    plan = object()
+    last.plan = plan
+    assert last.plan is plan and getattr(other, "plan", None) is None
+    seen = []
+
+    def worker():
+        seen.append(getattr(last, "plan", None))
+        last.plan = 7
+        seen.append(last.plan)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [None, 7] and last.plan is plan
+    del last.plan
+    assert getattr(last, "plan", None) is None
+    with pytest.raises(AttributeError):
+        del last.plan
+    with pytest.raises(AttributeError):
+        last.other = 1
+    from cudnn_compat._core import call
+    assert type(call._LAST) is mod.ThreadLast

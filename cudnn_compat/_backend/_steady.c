@@ -664,7 +664,7 @@ static PyObject *Launcher_vcall(Launcher *self, PyObject *const *args, size_t na
         PyObject *v = PyTuple_GET_ITEM(values, self->slot_idx[k]);
         char *at = buf + 8 * k;
         if (self->slot_code[k] == 'Q') {
-            PyObject *iv = PyNumber_Index(v);  /* what struct's 'Q' takes */
+            PyObject *iv = PyLong_CheckExact(v) ? (Py_INCREF(v), v) : PyNumber_Index(v);  /* what struct's 'Q' takes */
             if (iv == NULL) { PyErr_Clear(); goto release; }
             unsigned long long u = PyLong_AsUnsignedLongLong(iv);
             Py_DECREF(iv);
@@ -985,6 +985,58 @@ static PyObject *Replay_vcall(Replay *self, PyObject *const *args, size_t nargsf
 }
 
 STEADY_TYPE(Replay, 0, "a cudnn plan's replay launcher (see _steady.c)")
+
+/* ---------------------------------------------------------------------------------------------- */
+/* ThreadLast                                                                                     */
+/* ``_core.call._LAST`` where this module is built (twin: a threading.local): its one attribute,
+ * ``plan``, is per thread (the plan the thread's last legacy call ran), kept in the thread state's
+ * dict under the object itself, so the prepared call's ``last.plan = plan`` is one dict store. */
+
+typedef struct {
+    PyObject_HEAD
+} ThreadLast;
+
+static PyObject *S_plan_name;  /* "plan" */
+
+static int is_plan(PyObject *name) {
+    return name == S_plan_name || (PyUnicode_Check(name) && PyUnicode_Compare(name, S_plan_name) == 0);
+}
+
+static PyObject *ThreadLast_getattro(PyObject *self, PyObject *name) {
+    if (!is_plan(name)) return PyObject_GenericGetAttr(self, name);
+    PyObject *d = PyThreadState_GetDict();
+    PyObject *v = d ? PyDict_GetItemWithError(d, self) : NULL;
+    if (v == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "plan");
+        return NULL;
+    }
+    Py_INCREF(v);
+    return v;
+}
+
+static int ThreadLast_setattro(PyObject *self, PyObject *name, PyObject *v) {
+    if (!is_plan(name)) return PyObject_GenericSetAttr(self, name, v);
+    PyObject *d = PyThreadState_GetDict();
+    if (d == NULL) { PyErr_SetString(PyExc_RuntimeError, "no thread state dict"); return -1; }
+    if (v != NULL) return PyDict_SetItem(d, self, v);
+    if (PyDict_DelItem(d, self) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
+        PyErr_SetString(PyExc_AttributeError, "plan");
+        return -1;
+    }
+    return 0;
+}
+
+static PyTypeObject ThreadLastType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cudnn_compat._backend._steady.ThreadLast",
+    .tp_basicsize = sizeof(ThreadLast),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_getattro = ThreadLast_getattro,
+    .tp_setattro = ThreadLast_setattro,
+    .tp_new = PyType_GenericNew,
+    .tp_doc = "ThreadLast(): an object whose attribute ``plan`` is per thread (see _steady.c)",
+};
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Run                                                                                            */
@@ -2166,14 +2218,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_steady", "The stead
 PyMODINIT_FUNC PyInit__steady(void) {
     if (PyType_Ready(&ValuesType) < 0 || PyType_Ready(&LauncherType) < 0 || PyType_Ready(&RunType) < 0
             || PyType_Ready(&SiteType) < 0 || PyType_Ready(&ReplayType) < 0
-            || PyType_Ready(&KernelsType) < 0 || PyType_Ready(&SettledType) < 0) return NULL;
+            || PyType_Ready(&KernelsType) < 0 || PyType_Ready(&SettledType) < 0
+            || PyType_Ready(&ThreadLastType) < 0) return NULL;
 #define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
     INTERN(S_dtype, "dtype"); INTERN(S_c, "_c_contiguous"); INTERN(S_f, "_f_contiguous"); INTERN(S_nbytes, "nbytes");
     INTERN(S_data, "data"); INTERN(S_ptr, "ptr"); INTERN(S_switch, "switch"); INTERN(S_place, "place"); INTERN(S_owner, "owner");
     INTERN(S_device, "device"); INTERN(S_plan, "plan"); INTERN(S_retired, "retired"); INTERN(S_stream, "stream");
     INTERN(S_bind, "bind"); INTERN(S_via, "via_execute"); INTERN(S_launch, "launch"); INTERN(S_calls, "calls");
     INTERN(S_key, "key"); INTERN(S_wsize, "workspace_size"); INTERN(S_ws, "workspace"); INTERN(S_wss, "workspace_size");
-    INTERN(S_warg, "workspace_arg");
+    INTERN(S_warg, "workspace_arg"); INTERN(S_plan_name, "plan");
     if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
 #undef INTERN
     PyObject *m = PyModule_Create(&module);
@@ -2184,9 +2237,11 @@ PyMODINIT_FUNC PyInit__steady(void) {
     Py_INCREF(&SiteType);
     Py_INCREF(&ReplayType);
     Py_INCREF(&KernelsType);
+    Py_INCREF(&ThreadLastType);
     if (PyModule_AddObject(m, "Replay", (PyObject *)&ReplayType) < 0 ||
         PyModule_AddObject(m, "Kernels", (PyObject *)&KernelsType) < 0 ||
         PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0 ||
+        PyModule_AddObject(m, "ThreadLast", (PyObject *)&ThreadLastType) < 0 ||
         PyModule_AddObject(m, "Site", (PyObject *)&SiteType) < 0 ||
         PyModule_AddObject(m, "Values", (PyObject *)&ValuesType) < 0 ||
         PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) { Py_DECREF(m); return NULL; }

@@ -350,7 +350,9 @@ def copy_back(plan, tensors: dict, staged: dict) -> None:
                 host.reshape(-1, order="A").view(np.uint8)[...] = dev.get()
 
 
-_LAST = threading.local()
+# per thread: the plan of the thread's last call (``_steady.ThreadLast`` where the extension is built:
+# the compiled run's store is one dict store; else a threading.local)
+_LAST = _steady.module().ThreadLast() if _steady.module() is not None else threading.local()
 run = _compiled_run()
 
 
