@@ -58,6 +58,17 @@ static PyObject *S_dtype, *S_c, *S_f, *S_nbytes, *S_data, *S_ptr;
 
 static PyObject *ZERO, *ONE;  /* the ints 0 and 1 */
 
+/* PyLong_AsUnsignedLongLong of an int (the same value, or -1 with its error), without its byte-array
+ * path for the common case, an int in [0, 2**63) (a device pointer) */
+static unsigned long long as_u64(PyObject *v) {
+    if (!PyLong_Check(v)) return PyLong_AsUnsignedLongLong(v);  /* its TypeError */
+    int overflow;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (!overflow && n >= 0) return (unsigned long long)n;
+    if (n == -1 && PyErr_Occurred()) return (unsigned long long)-1;
+    return PyLong_AsUnsignedLongLong(v);
+}
+
 /* a NULL buffer argument, as the legacy layer reads one: None or the int 0 */
 static int is_null(PyObject *v) { return v == Py_None || (PyLong_CheckExact(v) && PyObject_Not(v) == 1); }
 
@@ -609,7 +620,7 @@ static PyObject *Launcher_vcall(Launcher *self, PyObject *const *args, size_t na
     unsigned long long sptr;
     PyObject *sobj = stream_of(self->cur, stream);
     if (sobj == NULL) return NULL;
-    sptr = PyLong_AsUnsignedLongLong(sobj);
+    sptr = as_u64(sobj);
     if (sptr == (unsigned long long)-1 && PyErr_Occurred()) { Py_DECREF(sobj); return NULL; }
     /* the record of (stream, alignment outcome) */
     PyObject *akey = NULL;
@@ -666,7 +677,7 @@ static PyObject *Launcher_vcall(Launcher *self, PyObject *const *args, size_t na
         if (self->slot_code[k] == 'Q') {
             PyObject *iv = PyLong_CheckExact(v) ? (Py_INCREF(v), v) : PyNumber_Index(v);  /* what struct's 'Q' takes */
             if (iv == NULL) { PyErr_Clear(); goto release; }
-            unsigned long long u = PyLong_AsUnsignedLongLong(iv);
+            unsigned long long u = as_u64(iv);
             Py_DECREF(iv);
             if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); goto release; }
             memcpy(at, &u, 8);
