@@ -75,6 +75,12 @@ def fastest_of_math(perf: list, math: str) -> dict:
 KIND = {"fwd": "Forward", "bwd_data": "BackwardData", "bwd_filter": "BackwardFilter"}
 
 
+def operands(direction: str, x, w, y) -> tuple:
+    """A direction's three operands in its legacy call's order (two inputs, then the output), each
+    given as (descriptor, array)."""
+    return {"fwd": (x, w, y), "bwd_data": (w, y, x), "bwd_filter": (x, y, w)}[direction]
+
+
 def timeit(fn, iters, warm=3):
     """Milliseconds per call: one run of ``iters`` calls between CUDA events (_common.cuda_time)."""
     return cuda_time(fn, iters, reps=1, warm=warm)["ms"]
@@ -107,9 +113,7 @@ class Ours:
 
     def args(self, direction):
         pb = self.pb
-        return {"fwd": ((self.xd, pb.x), (self.wd, pb.w), (self.yd, pb.y)),
-                "bwd_data": ((self.wd, pb.w), (self.yd, pb.y), (self.xd, pb.x)),
-                "bwd_filter": ((self.xd, pb.x), (self.yd, pb.y), (self.wd, pb.w))}[direction]
+        return operands(direction, (self.xd, pb.x), (self.wd, pb.w), (self.yd, pb.y))
 
     def call(self, direction, algo=None):
         """(the call, its algo): by default our cudnnFind*Algorithm's fastest result of the row's math
@@ -163,9 +167,7 @@ class Legacy:
 
     def args(self, direction):
         pb = self.pb
-        return {"fwd": ((self.tx, pb.x), (self.tw, pb.w), (self.ty, pb.y)),
-                "bwd_data": ((self.tw, pb.w), (self.ty, pb.y), (self.tx, pb.x)),
-                "bwd_filter": ((self.tx, pb.x), (self.ty, pb.y), (self.tw, pb.w))}[direction]
+        return operands(direction, (self.tx, pb.x), (self.tw, pb.w), (self.ty, pb.y))
 
     def call(self, direction, algo=None):
         """(the call, its algo); ``self.found_math``: the math type of the Find result taken."""
