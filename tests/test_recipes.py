@@ -129,12 +129,26 @@ def test_convolutions_replay(native_emu, rng, case):
     ins, outs, call = _conv_calls(rng, "gpu")[case]
     dev = {k: host_emu.EmuArray(v) for k, v in _f32({**ins, **outs}).items()}
     dev["ws"] = host_emu.EmuArray(ins["ws"])
+    site = cc.LEGACY[_Capture(call).args(h, dev, 1.0, 0.0)[0]]
+    site.recipes.clear()  # only this test's call sites
     for _ in range(4):
         call(h, dev, 1.0, 0.0)
         call(h, dev, 1.0, 1.0)
     # the same scalars as before (the native engine's launch replays a graph per set of scalar values)
     assert not _wrapper_frames(lambda: call(h, dev, 1.0, 0.0)), f"{case}: the call ran its Python wrapper"
     assert not _wrapper_frames(lambda: call(h, dev, 1.0, 1.0)), f"{case}: the other key ran its Python wrapper"
+    # both keys replay from their Settled (the native plan's Replay launcher), made again after the
+    # prepared-call tables were emptied
+    first = _settled(site)
+    assert len(first) >= 2 and {type(x).__name__ for x in first} == {"Settled"}
+    from cudnn_compat._core import call as _call
+    _call.clear_prepared()
+    for _ in range(3):
+        call(h, dev, 1.0, 0.0)
+        call(h, dev, 1.0, 1.0)
+    assert not _wrapper_frames(lambda: call(h, dev, 1.0, 0.0))
+    again = _settled(site)
+    assert len(again) >= 2 and not set(map(id, again)) & set(map(id, first)), f"{case}: a stale Settled is still used"
 
 
 SCALARS = ((1.0, 0.0), (1.5, -0.5), (2, 0), (0.5, 1), (1.0, -0.0), (-1.0, 0.25), (3, 0.0))
