@@ -134,8 +134,8 @@ class Ours:
 
 
 def last_plan():
-    """The most recently used plan of the plan cache (LRU order) and a prebuilt pack for it."""
-    return next(reversed(cc._CACHE._d.values()))
+    """The plan of this thread's last legacy call (``cudnn_compat._core.call.last_plan``)."""
+    return cc._core.call.last_plan()
 
 
 def plan_only(plan, pb: Problem, direction):

@@ -198,7 +198,7 @@ def get_plan(key, build_graph, place: str, mode: str = "A"):
     """Cached plan for ``key``; on a miss ``build_graph()`` makes the graph.  A forced engine
     (``CUDNN_COMPAT_ENGINE``) is part of the key, so changing it never reuses another engine's plan.
     So is ``CUDNN_COMPAT_CPU_FALLBACK=0``: a CPU-fallback plan cached while it was allowed is not
-    reused once it is forbidden.  A hit is ``PlanCache.get`` inlined (the same lock-free steps)."""
+    reused once it is forbidden."""
     if not DEFAULTS_APPLY():
         if _forced_setting() is not None:
             forced = forced_engine()
@@ -206,16 +206,7 @@ def get_plan(key, build_graph, place: str, mode: str = "A"):
                 key = key + (("engine", forced),)
         if not _cpu_fallback():
             key = key + (("cpu_fallback", False),)
-    cache = CACHE
-    plan = cache._d.get(key)
-    if plan is not None:
-        try:
-            cache._d.move_to_end(key)
-        except KeyError:  # evicted by another thread since the lookup: still a valid plan for this call
-            pass
-        next(cache._hits)
-        return plan
-    plan = cache.get(key)  # a miss (counted there), or a plan another thread just added
+    plan = CACHE.get(key)  # a hit (made most recently used) or a miss, counted there
     if plan is None:
         plan = make_plan(build_graph(), place, mode, key=key)
         CACHE.put(key, plan)
