@@ -17,6 +17,8 @@ from cudnn_compat._core import fastbind
 from cudnn_compat._core.data import POINTER_MIN
 
 _steady = pytest.importorskip("cudnn_compat._backend._steady", reason="the compiled steady path is not built")
+# the tests that set a compiled object against its twin need it in use (not CUDNN_COMPAT_COMPILED=0)
+in_use = pytest.mark.skipif(steady.module() is None, reason="CUDNN_COMPAT_COMPILED=0: the compiled objects are not used")
 
 F32, F16, U8 = np.dtype("float32"), np.dtype("float16"), np.dtype("uint8")
 
@@ -56,6 +58,7 @@ BUFFERS = [FakeND(0x10000), FakeND(0x20000, nbytes=16), FakeND(0x30000, dtype=F1
            2 ** 64 + 5, -8, "x", 3.5, np.zeros(4, np.float32)]
 
 
+@in_use
 def test_values_binder_gives_what_its_python_twin_gives_for_every_form():
     """Every buffer form (right, too small, other dtype, a byte view, F order, strided, pointer ints around
     POINTER_MIN, a huge int, other types) in each role (a given tensor, an output and its prior given or
@@ -79,6 +82,7 @@ def test_values_binder_gives_what_its_python_twin_gives_for_every_form():
     assert seen == {True, False}
 
 
+@in_use
 def test_values_binder_reads_the_pointer_numbers():
     prog = _prog([(1, 32), (1001, 32), (5, None)])
     _py, c = _both(prog, (1, 1001, 5))
@@ -204,6 +208,7 @@ def test_launcher_follows_records_replaced_in_the_dict():
     assert la((0x100,), 9) is False
 
 
+@in_use
 def test_a_plan_binder_is_compiled_where_the_extension_is_built():
     assert steady.module() is _steady
     with config.override("CUDNN_COMPAT_COMPILED", "0"):
@@ -342,6 +347,7 @@ class CountingND(FakeND):
         return object.__getattribute__(self, name)
 
 
+@in_use
 def test_values_binder_remembers_the_arrays_that_passed_while_they_live():
     """The compiled binder's memo (``_steady.c`` MEMO_MAX): a C-contiguous array that passed an entry
     passes it again without a read of its attributes, with the same pointer; an F-ordered one is
