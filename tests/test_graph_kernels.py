@@ -15,6 +15,9 @@ from cudnn_compat._backend.engines import graphs as graphs_mod
 from test_cudnn_engine import fake_cudnn  # noqa: F401 - the fixture
 
 _steady = pytest.importorskip("cudnn_compat._backend._steady", reason="the compiled steady path is not built")
+from cudnn_compat._backend import steady as _steady_path  # noqa: E402
+# a graph replays as its launches only where the compiled path is used (not CUDNN_COMPAT_COMPILED=0)
+in_use = pytest.mark.skipif(_steady_path.module() is None, reason="CUDNN_COMPAT_COMPILED=0: graphs replay as graphs")
 
 KERNEL, MEMCPY, MEMSET, EMPTY = 0, 1, 2, 5
 CLUSTER = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
@@ -200,6 +203,7 @@ def test_kernels_refuses_records_it_cannot_launch_and_wrong_calls():
         k(stream=0)
 
 
+@in_use
 def test_graphs_replay_as_launches_only_on_the_legacy_stream_and_where_asked(monkeypatch):
     """``Graphs.capture(as_kernels=True)`` reads the graph; ``launch`` and ``replay_form`` use the
     launches on the legacy default stream (0 and CU_STREAM_LEGACY) only; other streams, a capture
@@ -237,6 +241,7 @@ def test_a_driver_that_fails_leaves_the_graph_a_graph():
     assert gr.replay_form(exe, 0) == exe
 
 
+@in_use
 @pytest.mark.parametrize("which", ["twin", "compiled"])
 def test_a_cudnn_plans_replay_on_the_legacy_stream_is_the_graphs_kernel_launch(which, fake_cudnn, monkeypatch):
     """Through a CudnnPlan (twin and compiled launcher): the second call on the legacy stream
