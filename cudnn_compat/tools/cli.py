@@ -458,6 +458,8 @@ BENCHMARKS = (
               cpu=()),
     Benchmark("conv_configs", "conv_configs.py", "one convolution's native engine configs (modes A/B/FALLBACK) "
               "timed, our autotune's choice, legacy Find and torch"),
+    Benchmark("host_step", "host_step.py", "our host cost of the batch-1 ResNet-50 step without a GPU (the emulated "
+              "GPU place, stub launches): ms per step, us per call", cpu=()),
     Benchmark("ab_trees", "ab_trees.py", "source trees against each other on one host: the batch-1 ResNet-50 "
               "step's host issue time, interleaved (default: this checkout alone)"),
 )
