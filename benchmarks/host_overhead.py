@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import statistics
 import sys
 import time
 import timeit
@@ -467,22 +466,10 @@ def mixed(fns: dict, rounds: int, sync=None) -> dict:
     (``measure``'s medians): median microseconds per call over ``rounds`` rounds, ours and, over
     the cases that have one, the legacy column's."""
     def per_call(group):
-        for _ in range(5):
+        def one_round():
             for f in group:
                 f()
-        if sync:
-            sync()
-        ts, pc = [], time.perf_counter
-        for i in range(rounds):
-            t0 = pc()
-            for f in group:
-                f()
-            ts.append((pc() - t0) / len(group))
-            if sync and i % 20 == 19:
-                sync()
-        if sync:
-            sync()
-        return statistics.median(ts) * 1e6
+        return median_us(one_round, rounds, sync, warm=5, every=20) / len(group)
     ours = list(fns.values())
     out = {"cases": len(ours), "rounds": rounds, "ours_us": per_call(ours)}
     legacy = [f.legacy for f in ours if getattr(f, "legacy", None) is not None]
