@@ -1528,7 +1528,8 @@ static PyObject *bump(PyObject *mod, PyObject *unused) { VERSION++; Py_RETURN_NO
  * writes down what that path will do for these descriptor arguments while no descriptor or handle
  * changes (EPOCH[0] the same), and later calls with the same arguments do it from here: the
  * scalars read as ``data.scalar`` reads a float or a small int, the key chosen by which betas are
- * zero, the tensors and scalars dicts, and the prepared call (``run_prepared``).  Anything else
+ * zero, then that key's Settled (``run_settled``) or else the tensors and scalars dicts and the
+ * prepared call (``run_prepared``, after which a Settled is made).  Anything else
  * (keywords, another argument count, a legacy hook, an argument the wrapper would convert, a
  * scalar of another form, an unread buffer of another type, a prepared call not taken) calls
  * ``general`` (the Python wrapper) with the same arguments: nothing here has run or written then.

@@ -239,7 +239,6 @@ _PREPARED: dict = {"cpu": {}, "gpu": {}}  # per place (one key object serves bot
 _BY_VALUE: dict = {"cpu": {}, "gpu": {}}  # per place: key -> Prepared
 PREPARED_MAX = 1024
 _SEEN: dict = {}  # (place, key) -> True: the keys of general-path calls not prepared yet
-_BUMP = _steady.bump  # after every change of the tables: the compiled replays' resolved calls are stale
 _DEFAULTS = planner.DEFAULTS_APPLY  # config.unset_fast: no forced engine, fallback on, no override
 _ENVIRON, (_K_ENGINE, _K_FALLBACK), _OV = planner.DEFAULTS_PARTS  # the same test in pieces, for run's steady path
 
@@ -288,7 +287,7 @@ def _remember(plan, key_obj: tuple, full_key: tuple, place: str, device) -> None
     table[id(key_obj)] = prep
     byval[key_obj] = prep
     _SEEN.pop(seen, None)
-    _BUMP()
+    _steady.bump()  # the compiled replays' resolved prepared calls are stale
 
 
 def _host_data(prog: tuple, tensors: dict, scalars: dict) -> dict:
@@ -323,7 +322,7 @@ def clear_prepared() -> None:
     for table in list(_PREPARED.values()) + list(_BY_VALUE.values()):
         table.clear()
     _SEEN.clear()
-    _BUMP()
+    _steady.bump()  # the compiled replays' resolved prepared calls are stale
 
 
 def _read_only(argname: str):
