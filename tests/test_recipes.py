@@ -560,6 +560,40 @@ def test_dropout_replays_with_the_reference_masks(emu, rng):
         np.testing.assert_array_equal(host[k], ref[k], err_msg=f"the replayed calls: {k}")
 
 
+def test_a_bound_replay_binds_each_call_its_own_buffers(emu, rng):
+    """replay_bound's per-buffer memo (the last array that passed each buffer's checks, by weak
+    reference): dropout forward through two buffer sets in turn, then with y replaced by a new array
+    (the old one freed), writes each call's own y and reserve space, equal to the CPU reference
+    engine's (the states advance on both sides), from the compiled path; the memo holds the arrays."""
+    import host_emu
+    S, host = _dropout_buffers(rng)
+    host.pop("n")
+    other = {k: (v if k == "states" else v.copy()) for k, v in host.items()}
+    ref = {k: v.copy() for k, v in host.items()}
+    ref_other = {k: (ref["states"] if k == "states" else v.copy()) for k, v in other.items()}
+    fwd_ref = _dropout_calls(cc.cudnnCreate("cpu"), ref, S)["fwd"]
+    dev = {k: host_emu.EmuArray(v) for k, v in host.items()}
+    dev_other = {k: (dev["states"] if k == "states" else host_emu.EmuArray(v)) for k, v in other.items()}
+    fwd = _dropout_calls(emu.handle(), dev, S)["fwd"]
+    for i, which in enumerate("AABABBAB"):
+        (h, r, d, rr) = (host, ref, dev, ref) if which == "A" else (other, ref_other, dev_other, ref_other)
+        if i == 6:  # a new y for A (the old array freed): bound by its own address
+            host["y"] = np.zeros(S, np.float32)
+            dev["y"] = host_emu.EmuArray(host["y"])
+            ref["y"] = np.zeros(S, np.float32)
+        h["y"][...] = -1
+        fwd_ref(bb=rr)
+        frames = _wrapper_frames(lambda: fwd(bb=d))
+        assert i < 1 or not frames, f"call {i} ({which}): the call ran its Python wrapper"
+        for k in ("y", "res"):
+            np.testing.assert_array_equal(h[k], r[k], err_msg=f"call {i} ({which}): {k}")
+        np.testing.assert_array_equal(host["states"], ref["states"], err_msg=f"call {i}: states")
+    site = cc.LEGACY["cudnnDropoutForward"]
+    held = [m[0]() for r in site.recipes.values() if r[1] is not None and r[11] is not None for m in r[11][4]
+            if isinstance(m, tuple)]
+    assert any(a is dev["res"] or a is dev_other["res"] for a in held), "the memo holds the arrays that passed"
+
+
 def _bound_mutations(args: tuple, params: list, to_dev, to_host) -> list:
     """(label, args) forms of a bound recipe's call that it hands to the Python path: NULL, foreign,
     typed-wrong, too small or strided buffers, sizes of other types or too small, another count.

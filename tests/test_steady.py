@@ -144,6 +144,70 @@ def test_launcher_patches_every_slot_and_launches_the_record():
     assert la((1.5, -2.25, 0x7000), 8) is False  # no record for stream 8
 
 
+def _capsule(fn, name: bytes):
+    """A PyCapsule of C function ``fn`` (a ctypes callback) named ``name``, as Cython exports one."""
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.cast(fn, ctypes.c_void_p), name, None)
+
+
+_NAMES = [ctypes.create_string_buffer(b"intptr_t (void)"), ctypes.create_string_buffer(b"int (void)")]  # outlive the capsules
+
+
+def test_launcher_reads_the_current_stream_through_cupys_c_function():
+    """``cur`` a capsule of CuPy's exported ``get_current_stream_ptr`` (base.current_stream_capsule):
+    a call without a stream launches on what it returns, read at each call; a capsule of another
+    signature raises ValueError and launches nothing."""
+    rec = _record(3, [0xABC], [(0x51, [0, 1, 2])])
+    now = [4096]
+    fn = ctypes.CFUNCTYPE(ctypes.c_ssize_t)(lambda: now[0])
+    for stream in (0, 4096, 2 ** 40):
+        now[0] = stream
+        la = _steady.Launcher({(stream, True): rec}, ((2, "Q"), (0, "f"), (1, "d")), (), (), _capsule(fn, _NAMES[0]),
+                              [0], [False], {}, "K", [], False, lambda *a: None, threading.Lock(), _steady.stub(3),
+                              RuntimeError)
+        assert la((1.5, -2.25, 0x7000), None) is True and _steady.stub_calls()[-1][4] == stream
+    la = _steady.Launcher({(0, True): rec}, ((2, "Q"), (0, "f"), (1, "d")), (), (), _capsule(fn, _NAMES[1]), [0],
+                          [False], {}, "K", [], False, lambda *a: None, threading.Lock(), _steady.stub(3), RuntimeError)
+    n = len(_steady.stub_calls())
+    with pytest.raises(ValueError):
+        la((1.5, -2.25, 0x7000), None)
+    assert len(_steady.stub_calls()) == n
+
+
+@pytest.mark.gpu
+def test_cupys_current_stream_function_agrees_with_get_current_stream():
+    """base.current_stream_capsule's C function gives ``cupy.cuda.get_current_stream().ptr`` on the
+    null stream, inside ``with stream:`` (nested), after ``Stream.use()`` and on another thread."""
+    import cupy
+    from cudnn_compat._backend.engines import base
+    cap = base.current_stream_capsule()
+    assert cap is not None, "this CuPy exports get_current_stream_ptr as intptr_t (void)"
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    fn = ctypes.PYFUNCTYPE(ctypes.c_ssize_t)(get(cap, b"intptr_t (void)"))  # called with the GIL held, as C calls it
+    same = lambda: fn() == cupy.cuda.get_current_stream().ptr  # noqa: E731
+    a, b = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream()
+    assert same() and fn() == cupy.cuda.Stream.null.ptr
+    with a:
+        assert same() and fn() == a.ptr
+        with b:
+            assert same() and fn() == b.ptr
+        assert fn() == a.ptr
+    assert same()
+    b.use()
+    try:
+        assert same() and fn() == b.ptr
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(same() and fn() == cupy.cuda.Stream.null.ptr))
+        t.start()
+        t.join()
+        assert seen == [True]
+    finally:
+        cupy.cuda.Stream.null.use()
+    assert same()
+
+
 def test_launcher_refuses_what_does_not_pack_and_launches_nothing():
     rec = _record(2, [], [(0x51, [0, 1])])
     la, counter, _ = _launcher({(9, True): rec}, ((0, "Q"), (1, "f")), nargs=2)

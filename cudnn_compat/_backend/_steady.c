@@ -55,6 +55,8 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
                          unsigned shm, void *stream, void **params, void **extra);
 
 static PyObject *S_dtype, *S_c, *S_f, *S_nbytes, *S_data, *S_ptr;
+static PyObject *S_ws, *S_wss, *S_warg, *S_switch, *S_place, *S_owner, *S_device, *S_plan, *S_retired, *S_stream, *S_bind, *S_via, *S_launch,
+                *S_calls, *S_key, *S_wsize;
 
 static PyObject *ZERO, *ONE;  /* the ints 0 and 1 */
 
@@ -420,10 +422,24 @@ STEADY_TYPE(Values, 0, "Values(entries, order, nd, pointer_min): a plan's values
 /* ---------------------------------------------------------------------------------------------- */
 /* Launcher                                                                                       */
 
+/* the signature of the C function a ``cur`` capsule holds (the name Cython gives the capsules of a
+ * module's exported functions: ``cupy_backends.cuda.stream.__pyx_capi__["get_current_stream_ptr"]``) */
+#define CUR_STREAM_SIG "intptr_t (void)"
+typedef intptr_t (*cur_stream_fn)(void);
+
 /* the stream a launch goes on (a new reference): ``stream`` when an int, else its .ptr; None: the
- * current stream, cur() giving its handle or the stream object (its .ptr) */
+ * current stream, from ``cur``: a capsule of CuPy's C function giving its pointer (Python's error
+ * indicator set on failure, as Cython's ``except *`` and ``except? -1`` forms report one), or a
+ * callable giving its handle or the stream object (its .ptr) */
 static PyObject *stream_of(PyObject *cur, PyObject *stream) {
     if (stream == Py_None) {
+        if (PyCapsule_CheckExact(cur)) {
+            cur_stream_fn f = (cur_stream_fn)PyCapsule_GetPointer(cur, CUR_STREAM_SIG);
+            if (f == NULL) return NULL;  /* another signature: its ValueError */
+            intptr_t ptr = f();
+            if (PyErr_Occurred()) return NULL;
+            return PyLong_FromSsize_t((Py_ssize_t)ptr);
+        }
         PyObject *cs = PyObject_CallNoArgs(cur);
         if (cs == NULL || PyLong_Check(cs)) return cs;
         PyObject *p = PyObject_GetAttr(cs, S_ptr);
@@ -1007,10 +1023,8 @@ typedef struct {
     PyObject_HEAD
 } ThreadLast;
 
-static PyObject *S_plan_name;  /* "plan" */
-
 static int is_plan(PyObject *name) {
-    return name == S_plan_name || (PyUnicode_Check(name) && PyUnicode_Compare(name, S_plan_name) == 0);
+    return name == S_plan || (PyUnicode_Check(name) && PyUnicode_Compare(name, S_plan) == 0);
 }
 
 static PyObject *ThreadLast_getattro(PyObject *self, PyObject *name) {
@@ -1064,8 +1078,6 @@ typedef struct {
     long touch_every;
 } Run;
 
-static PyObject *S_ws, *S_wss, *S_warg, *S_switch, *S_place, *S_owner, *S_device, *S_plan, *S_retired, *S_stream, *S_bind, *S_via, *S_launch,
-                *S_calls, *S_key, *S_wsize;
 
 #define RUN_FIELDS(X) X(general) X(hooks) X(prepared) X(by_value) X(overrides) X(environ) X(keys) X(last) X(hit) \
     X(touch) X(failed) X(nd) X(gpu)
@@ -1700,8 +1712,10 @@ static int put_pairs(PyObject *d, PyObject *pairs) {
  * (another form: the Python path checks it), -1 an error.  *as_is: the buffer itself (borrowed) when
  * bytes needed < 0 (bound as it is), else NULL.  ``e``: (position or -1, the constant buffer when -1,
  * bytes needed, accepted dtypes or None, the place's device array type). */
-static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigned long long *out, PyObject **as_is) {
+static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigned long long *out, PyObject **as_is,
+                         int *c_order) {
     *as_is = NULL;
+    *c_order = 0;
     if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) { PyErr_SetString(PyExc_TypeError, "a buffer entry"); return -1; }
     Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
     if (p < -1 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a buffer position"); return -1; }
@@ -1718,6 +1732,7 @@ static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigne
     }
     if ((PyObject *)Py_TYPE(v) != PyTuple_GET_ITEM(e, 4)) return 0;
     int t = attr_true(v, S_c);
+    *c_order = t > 0;
     if (t == 0) t = attr_true(v, S_f);
     if (t <= 0) return t;
     PyObject *nb = PyObject_GetAttr(v, S_nbytes);
@@ -1744,7 +1759,7 @@ static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigne
 #define BOUND_MAX 32
 
 /* Replay a bound recipe's part (``recipe[11]``: graphs whose tensors sit at byte offsets inside the
- * caller's buffers, ``_core.bound_graph``): (buffers, nulls, minimum, stages) with
+ * caller's buffers, ``_core.bound_graph``): (buffers, nulls, minimum, stages, last) with
  *   buffers  ((position or -1, constant or None, bytes needed, dtypes or None, device array type), ...):
  *            each a contiguous device array of an accepted dtype holding the bytes needed, or a
  *            pointer int >= POINTER_MIN (``data.preflight(..., pointers=True)``'s common forms),
@@ -1756,15 +1771,20 @@ static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigne
  *            buffer addresses as bytes, the tensors dict, the scalars dict] of the stage's last call:
  *            a call with the same addresses (and no buffer bound as it is) passes the same dicts
  *            (nothing downstream writes them), a call with others remakes the tensors dict
+ *   last     a list with one slot per buffer: None, or (weak reference, address) of the C-contiguous
+ *            array that passed that buffer's checks in an earlier call (the binder memo's rule: an
+ *            array's dtype, size, order and address are fixed while it lives), so the same array
+ *            again is bound without reading its attributes
  * After the checks every stage goes through ``run`` (its prepared call, or the general path), as the
  * Python path's stages do; a stage that raises sends the call to the Python path, which runs it
  * again from the first stage (they write nothing their own inputs depend on) and raises. */
 static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *const *args) {
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4) { PyErr_SetString(PyExc_TypeError, "a bound recipe"); return -1; }
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 5) { PyErr_SetString(PyExc_TypeError, "a bound recipe"); return -1; }
     PyObject *bufs = PyTuple_GET_ITEM(spec, 0), *nulls = PyTuple_GET_ITEM(spec, 1), *mins = PyTuple_GET_ITEM(spec, 2),
-             *stages = PyTuple_GET_ITEM(spec, 3);
+             *stages = PyTuple_GET_ITEM(spec, 3), *last = PyTuple_GET_ITEM(spec, 4);
     if (!PyTuple_Check(bufs) || !PyTuple_Check(nulls) || !PyTuple_Check(mins) || !PyTuple_Check(stages)
-            || PyTuple_GET_SIZE(bufs) > BOUND_MAX || PyTuple_GET_SIZE(stages) < 1) {
+            || PyTuple_GET_SIZE(bufs) > BOUND_MAX || PyTuple_GET_SIZE(stages) < 1
+            || !PyList_Check(last) || PyList_GET_SIZE(last) != PyTuple_GET_SIZE(bufs)) {
         PyErr_SetString(PyExc_TypeError, "a malformed bound recipe");
         return -1;
     }
@@ -1788,9 +1808,34 @@ static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *
     int as_is = 0;
     Py_ssize_t nbufs = PyTuple_GET_SIZE(bufs);
     for (Py_ssize_t i = 0; i < nbufs; i++) {
-        int t = bound_pointer(self, PyTuple_GET_ITEM(bufs, i), args, &ptr[i], &obj[i]);
+        PyObject *e = PyTuple_GET_ITEM(bufs, i), *m = PyList_GET_ITEM(last, i);
+        if (m != Py_None && PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2 && PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 5) {
+            Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
+            if (p == -1 && PyErr_Occurred()) return -1;
+            if (p >= 0 && p < self->nargs && weak_is(PyTuple_GET_ITEM(m, 0), args[p])) {  /* that array again */
+                ptr[i] = as_u64(PyTuple_GET_ITEM(m, 1));
+                if (ptr[i] == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+                obj[i] = NULL;
+                continue;
+            }
+        }
+        int c_order;
+        int t = bound_pointer(self, e, args, &ptr[i], &obj[i], &c_order);
         if (t <= 0) return t;
         as_is |= obj[i] != NULL;
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));  /* a valid position: bound_pointer read it */
+        if (c_order && obj[i] == NULL && p >= 0) {  /* a caller's array that passed: remembered for its next call */
+            PyObject *ref = PyWeakref_NewRef(args[p], NULL);
+            if (ref == NULL) {  /* a type without weak references: not remembered */
+                if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+                PyErr_Clear();
+                continue;
+            }
+            PyObject *a = PyLong_FromUnsignedLongLong(ptr[i]), *item = a ? PyTuple_Pack(2, ref, a) : NULL;
+            Py_DECREF(ref); Py_XDECREF(a);
+            if (item == NULL) return -1;
+            PyList_SetItem(last, i, item);  /* steals item */
+        }
     }
     for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(stages); s++) {
         PyObject *st = PyTuple_GET_ITEM(stages, s);
@@ -2238,7 +2283,7 @@ PyMODINIT_FUNC PyInit__steady(void) {
     INTERN(S_device, "device"); INTERN(S_plan, "plan"); INTERN(S_retired, "retired"); INTERN(S_stream, "stream");
     INTERN(S_bind, "bind"); INTERN(S_via, "via_execute"); INTERN(S_launch, "launch"); INTERN(S_calls, "calls");
     INTERN(S_key, "key"); INTERN(S_wsize, "workspace_size"); INTERN(S_ws, "workspace"); INTERN(S_wss, "workspace_size");
-    INTERN(S_warg, "workspace_arg"); INTERN(S_plan_name, "plan");
+    INTERN(S_warg, "workspace_arg");
     if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
 #undef INTERN
     PyObject *m = PyModule_Create(&module);

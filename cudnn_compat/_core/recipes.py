@@ -135,7 +135,7 @@ class Bound:
                         [None, None, None])  # the last call's (addresses, tensors, scalars): replay_bound's memo
                        for key, bound, vals in graphs)
         return (bufs, tuple(pos[n] for n in self.nulls), tuple((pos[n], int(v)) for n, v in self.minimum.items()),
-                stages)
+                stages, [None] * len(bufs))  # per buffer: the last array that passed (replay_bound's memo)
 
 
 def steady(wrapper, sites, key: tuple, recipe, site_key=None, arm_key=None):

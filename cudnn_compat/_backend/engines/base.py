@@ -71,8 +71,27 @@ def current_stream_function():
         import cupy
         get = cupy.cuda.get_current_stream
         f = STREAM_PTR[0] = lambda: get().ptr
-        f.stream = get  # the stream object itself (what compiled callers take, reading its .ptr)
+        # what compiled callers take (``_steady.c`` stream_of): CuPy's C function for the pointer, or
+        # the stream object itself (its .ptr read)
+        f.stream = current_stream_capsule() or get
     return f
+
+
+def current_stream_capsule():
+    """CuPy's own C function giving the current stream's pointer (``cupy_backends.cuda.stream``'s
+    exported ``get_current_stream_ptr``: the per-thread, per-device slot that
+    ``cupy.cuda.Stream.use`` and ``with stream:`` set, and CuPy's kernels launch on), as the
+    capsule Cython exports it; None where this CuPy has none of that signature.  The compiled
+    launchers call it instead of ``get_current_stream()`` and ``.ptr`` (no Python call)."""
+    import ctypes
+    try:
+        from cupy_backends.cuda import stream as backend
+        cap = backend.__pyx_capi__["get_current_stream_ptr"]
+        name = ctypes.pythonapi.PyCapsule_GetName
+        name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        return cap if name(cap) == b"intptr_t (void)" else None
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return None
 
 
 def current_stream() -> int:
