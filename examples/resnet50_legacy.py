@@ -15,8 +15,9 @@ cudnnActivationForward / Backward (ReLU, §3.2.1, §4.1.1), cudnnAddTensor (resi
 gradient, bias and SGD, §3.2.2), cudnnPoolingForward / Backward (§3.2.69, §4.1.18),
 cudnnSoftmaxForward / Backward (CUDNN_SOFTMAX_LOG over channels, §3.2.79, §4.1.20).  The loss is
 the mean negative log-likelihood of the labels; its value and its gradient with respect to the
-log-probabilities (-onehot/N, an input to SoftmaxBackward) are computed with NumPy/CuPy: the
-legacy API has no gather/scatter.
+log-probabilities (-onehot/N, an input to SoftmaxBackward) are computed with NumPy on the CPU place
+and with one small CUDA kernel (a CuPy RawKernel, ``NLL_SOURCE``) on the GPU place: the legacy API
+has no gather/scatter.
 
     python examples/resnet50_legacy.py --place cpu --batch 2 --size 32 --width 0.0625 --steps 2
     python examples/resnet50_legacy.py --place gpu --batch 32 --size 224 --dtype float16 --layout NHWC
@@ -50,6 +51,55 @@ DTYPES = {"float32": (np.float32, cc.CUDNN_DATA_FLOAT), "float16": (np.float16, 
           "float64": (np.float64, cc.CUDNN_DATA_DOUBLE)}
 LAYOUTS = {"NCHW": cc.CUDNN_TENSOR_NCHW, "NHWC": cc.CUDNN_TENSOR_NHWC}
 FIND_WORKSPACE_LIMIT = 256 << 20  # bytes offered to Find*Ex (a C program's workspace budget)
+
+
+# The loss on the GPU place: mean NLL and its gradient -onehot/N in one launch of one block (labels
+# outside [0, K) give a NaN loss and no gradient entry); T the log-probabilities' storage type.
+NLL_BLOCK = 256
+NLL_SOURCE = r"""
+// storage loads and stores; float16 as its bits (unsigned short), converted by PTX (no header needed)
+static __device__ __forceinline__ double ld(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+static __device__ __forceinline__ double ld(float x) { return x; }
+static __device__ __forceinline__ double ld(double x) { return x; }
+static __device__ __forceinline__ void st(unsigned short* p, double v) { unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(v)); *p = h; }
+static __device__ __forceinline__ void st(float* p, double v) { *p = (float)v; }
+static __device__ __forceinline__ void st(double* p, double v) { *p = v; }
+
+extern "C" __global__ void nll_loss(const T* logp, const long long* labels, int n, int k, T* grad, double* loss) {
+    __shared__ double part[NLL_BLOCK];
+    const long long total = (long long)n * k;
+    for (long long i = threadIdx.x; i < total; i += blockDim.x) st(grad + i, 0.0);
+    __syncthreads();
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const long long c = labels[i];
+        if (c < 0 || c >= k) { s = __longlong_as_double(0x7ff8000000000000LL); continue; }
+        st(grad + (long long)i * k + c, -1.0 / n);
+        s -= ld(logp[(long long)i * k + c]);
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *loss = part[0] / n;
+}
+"""
+_NLL_KERNELS: dict = {}
+
+
+def nll_kernel(xp, dtype):
+    """The compiled NLL kernel for log-probabilities of ``dtype`` (CuPy RawKernel, made once)."""
+    if np.dtype(dtype).name not in _NLL_KERNELS:
+        _NLL_KERNELS[np.dtype(dtype).name] = xp.RawKernel(nll_source(dtype), "nll_loss")
+    return _NLL_KERNELS[np.dtype(dtype).name]
+
+
+def nll_source(dtype) -> str:
+    """NLL_SOURCE for log-probabilities of ``dtype`` (float16, float32 or float64)."""
+    t = {"float16": "unsigned short", "float32": "float", "float64": "double"}[np.dtype(dtype).name]
+    return NLL_SOURCE.replace("NLL_BLOCK", str(NLL_BLOCK)).replace("T*", f"{t}*")
 
 
 class Buf:
@@ -388,6 +438,7 @@ class ResNet50:
                  blocks=None, seed=0, algo_search="find"):
         self.net = net = Net(handle, dtype, layout, seed, algo_search)
         self.handle, self.N, self.classes = handle, N, classes
+        self._sgd_params = None  # (p, dp, desc) of every parameter (sgd, made once)
         ch = lambda c: max(1, int(round(c * width)))  # noqa: E731
         self.x = Buf(net, N, 3, H, W, data=net.empty((N, 3, H, W)))
         self.conv1 = Conv(net, "conv1", self.x, ch(64), 7, 2, 3)
@@ -478,6 +529,12 @@ class ResNet50:
         written to logp.grad."""
         xp, N, K = self.net.xp, self.N, self.classes
         labels = xp.asarray(labels)
+        if self.net.place == "gpu":  # one kernel, as a C program would write it (not eight CuPy launches)
+            logp, g = self.logp.data, self.logp.grad
+            loss = xp.empty((), xp.float64)
+            nll_kernel(xp, logp.dtype)((1,), (NLL_BLOCK,), (logp, labels.astype(xp.int64, copy=False), np.int32(N),
+                                                            np.int32(K), g, loss))
+            return loss
         rows = xp.arange(N)
         logp = self.logp.data.reshape(N, K)  # (N, K, 1, 1): NCHW and NHWC are the same memory
         loss = -logp[rows, labels].astype(xp.float64).mean()
@@ -505,9 +562,11 @@ class ResNet50:
 
     def sgd(self, lr: float) -> None:
         """p -= lr * dp for every parameter: cudnnAddTensor(alpha=-lr, dp, beta=1, p)."""
-        h = self.handle
-        for _k, (p, g, desc, _conv) in self._param_table().items():
-            cc.cudnnAddTensor(h, -float(lr), desc, g, 1.0, desc, p)
+        h, alpha = self.handle, -float(lr)
+        if self._sgd_params is None:  # the buffers are fixed once built (set_params writes into them)
+            self._sgd_params = [(p, g, desc) for p, g, desc, _shape in self._param_table().values()]
+        for p, g, desc in self._sgd_params:
+            cc.cudnnAddTensor(h, alpha, desc, g, 1.0, desc, p)
 
     def step(self, x, labels, lr: float = 0.0, sync: bool = True):
         """Forward, loss, backward and (lr > 0) SGD; the loss before the update (a float, or a device

@@ -488,6 +488,50 @@ def test_gpu_step_matches_cpu(example, dtype, layout):
             cc.cudnnDestroy(h)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_the_nll_kernel_source_compiles_with_nvrtc(example, dtype):
+    """The GPU place's loss kernel (NLL_SOURCE) compiles to sm_90 machine code (no GPU needed)."""
+    try:
+        from cuda.bindings import nvrtc
+        ok = int(nvrtc.nvrtcVersion()[0]) == 0
+    except Exception as e:  # noqa: BLE001 - cuda-bindings or the NVRTC library missing
+        pytest.skip(f"NVRTC is not usable here: {type(e).__name__}: {e}")
+    if not ok:
+        pytest.skip("NVRTC is not usable here")
+    err, prog = nvrtc.nvrtcCreateProgram(example["nll_source"](dtype).encode(), b"nll.cu", 0, [], [])
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=sm_90"])
+        _, n = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * n
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        assert int(err) == 0, log.decode(errors="replace")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_gpu_nll_kernel_gives_the_mean_nll_and_its_gradient(example, dtype):
+    """The GPU place's loss kernel (one launch) against the formula: loss = -mean_i logp[i, label_i]
+    in float64, grad = -onehot(labels)/N over the whole of grad; a label outside [0, K) gives NaN."""
+    import cupy
+    kernel, block = example["nll_kernel"](cupy, dtype), example["NLL_BLOCK"]
+    rng = np.random.default_rng(5)
+    for N, K in ((1, 1000), (3, 7), (300, 5)):
+        logp = rng.standard_normal((N, K)).astype(dtype)
+        labels = rng.integers(0, K, N)
+        g, loss = cupy.full((N, K), 7, dtype), cupy.empty((), cupy.float64)
+        kernel((1,), (block,), (cupy.asarray(logp), cupy.asarray(labels, cupy.int64), np.int32(N), np.int32(K), g, loss))
+        want = -logp.astype(np.float64)[np.arange(N), labels].mean()
+        assert abs(float(loss) - want) <= 1e-12 * (1 + abs(want)), (N, K, float(loss), want)
+        gw = np.zeros((N, K))
+        gw[np.arange(N), labels] = -1.0 / N
+        np.testing.assert_array_equal(cupy.asnumpy(g), gw.astype(dtype))  # -1/N rounded once to the storage type
+    labels[1] = K
+    kernel((1,), (block,), (cupy.asarray(logp), cupy.asarray(labels, cupy.int64), np.int32(N), np.int32(K), g, loss))
+    assert np.isnan(float(loss))
+
+
 @pytest.mark.gpu
 def test_gpu_fused_scopes_give_the_same_step(example):
     """``fuse()`` around each block changes the graphs, not the numbers (fp32 NCHW)."""
