@@ -65,6 +65,8 @@ run_if_time bench_attention 80 python3 benchmarks/bench_attention.py --out "$RES
 run_if_time bench_conv_zoo 80 python3 benchmarks/bench_conv_zoo.py --budget 60 --out "$RES"
 # bench_programs: the N=32 rows, then the N=1 rows (issue 26 item 8: ours eager / captured, what bounds it; ~45 s a row of the 220)
 run_if_time bench_programs 220 python3 benchmarks/bench_programs.py --no-host --batches 32,1 --out "$RES"
+# the N=1 step's host time split: the driver's launch calls (timed by a shim) against our path and the script
+run_if_time step_split 40 python3 benchmarks/step_split.py --steps 30 --out "$RES"
 run_if_time host_overhead 45 python3 benchmarks/host_overhead.py --place gpu --calls 2000 \
     --json "$RES/host_overhead_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' _).json"
 # the host cost of each way to launch, and the GPU time of CUDA-graph launches (why launch-record graphs are off)
@@ -82,7 +84,7 @@ run_if_time fuse_profile 40 python3 benchmarks/fuse_profile.py --quick
 run_if_time multi_gpu_example 40 env PYTHONPATH=. python3 -m torch.distributed.run --nproc-per-node 1 \
     examples/multi_gpu_data_parallel.py --check
 find benchmarks/results -maxdepth 1 -name 'host_overhead_*.json' -newer "$RES/.started" -exec cp {} "$RES/" \;
-for f in bench_attention bench_conv_zoo bench_programs host_overhead launch_paths bench_memory_bound fuzz_gpu bench_conv \
+for f in bench_attention bench_conv_zoo bench_programs step_split host_overhead launch_paths bench_memory_bound fuzz_gpu bench_conv \
          bench_ctc_sampler fuse_profile multi_gpu_example; do
     [ -f "$RES/$f.log" ] && { echo "== $f"; grep -v -i "warn" "$RES/$f.log" | tail -"${TAIL:-14}"; }
 done

@@ -460,6 +460,8 @@ BENCHMARKS = (
               "timed, our autotune's choice, legacy Find and torch"),
     Benchmark("host_step", "host_step.py", "our host cost of the batch-1 ResNet-50 step without a GPU (the emulated "
               "GPU place, stub launches): ms per step, us per call", cpu=()),
+    Benchmark("step_split", "step_split.py", "the batch-1 ResNet-50 step's host time on a GPU: the driver's launch "
+              "calls (timed by a shim) against the rest (our path, the script)"),
     Benchmark("ab_trees", "ab_trees.py", "source trees against each other on one host: the batch-1 ResNet-50 "
               "step's host issue time, interleaved (default: this checkout alone)"),
 )
