@@ -144,10 +144,15 @@ def test_launcher_patches_every_slot_and_launches_the_record():
     assert la((1.5, -2.25, 0x7000), 8) is False  # no record for stream 8
 
 
+def _pythonapi(name: str, restype, *argtypes):
+    """A private prototype of the C API function ``name`` (the process-wide
+    ``ctypes.pythonapi.<name>`` left as it is); PYFUNCTYPE: called with the GIL held."""
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
+
+
 def _capsule(fn, name: bytes):
     """A PyCapsule of C function ``fn`` (a ctypes callback) named ``name``, as Cython exports one."""
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    new = _pythonapi("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
     return new(ctypes.cast(fn, ctypes.c_void_p), name, None)
 
 
@@ -175,6 +180,36 @@ def test_launcher_reads_the_current_stream_through_cupys_c_function():
     assert len(_steady.stub_calls()) == n
 
 
+def test_current_stream_capsule_leaves_pythonapi_as_it_was(monkeypatch):
+    """base.current_stream_capsule reads the capsule's name through its own prototype: the shared
+    ``ctypes.pythonapi.PyCapsule_GetName``'s restype and argtypes (the process's) are as they were
+    before the call.  A stand-in ``cupy_backends.cuda.stream`` exports the capsule (no CuPy needed):
+    the signature it wants is returned, another gives None."""
+    import sys
+    import types
+    from cudnn_compat._backend.engines import base
+    fn = ctypes.CFUNCTYPE(ctypes.c_ssize_t)(lambda: 0)
+    names = ("cupy_backends", "cupy_backends.cuda", "cupy_backends.cuda.stream")
+    pkg, cuda, stream = (types.ModuleType(n) for n in names)
+    pkg.cuda, cuda.stream = cuda, stream
+    for m in (pkg, cuda, stream):
+        monkeypatch.setitem(sys.modules, m.__name__, m)
+    shared = ctypes.pythonapi.PyCapsule_GetName
+    before = shared.restype, shared.argtypes
+    sentinel_res, sentinel_args = ctypes.c_uint8, [ctypes.c_void_p]  # what no caller of it would set
+    try:
+        shared.restype, shared.argtypes = sentinel_res, sentinel_args
+        for name, want in ((_NAMES[0], True), (_NAMES[1], False)):
+            cap = _capsule(fn, name)
+            stream.__pyx_capi__ = {"get_current_stream_ptr": cap}
+            got = base.current_stream_capsule()
+            assert (got is cap) if want else (got is None)
+            assert ctypes.pythonapi.PyCapsule_GetName is shared
+            assert shared.restype is sentinel_res and tuple(shared.argtypes) == tuple(sentinel_args)
+    finally:
+        shared.restype, shared.argtypes = before
+
+
 @pytest.mark.gpu
 def test_cupys_current_stream_function_agrees_with_get_current_stream():
     """base.current_stream_capsule's C function gives ``cupy.cuda.get_current_stream().ptr`` on the
@@ -183,8 +218,7 @@ def test_cupys_current_stream_function_agrees_with_get_current_stream():
     from cudnn_compat._backend.engines import base
     cap = base.current_stream_capsule()
     assert cap is not None, "this CuPy exports get_current_stream_ptr as intptr_t (void)"
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    get = _pythonapi("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
     fn = ctypes.PYFUNCTYPE(ctypes.c_ssize_t)(get(cap, b"intptr_t (void)"))  # called with the GIL held, as C calls it
     same = lambda: fn() == cupy.cuda.get_current_stream().ptr  # noqa: E731
     a, b = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream()

@@ -87,8 +87,9 @@ def current_stream_capsule():
     try:
         from cupy_backends.cuda import stream as backend
         cap = backend.__pyx_capi__["get_current_stream_ptr"]
-        name = ctypes.pythonapi.PyCapsule_GetName
-        name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        # a private prototype (not ctypes.pythonapi.PyCapsule_GetName's restype/argtypes, which are
+        # the whole process's); PYFUNCTYPE: called with the GIL held, a set exception raised
+        name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
         return cap if name(cap) == b"intptr_t (void)" else None
     except (ImportError, AttributeError, KeyError, TypeError, ValueError):
         return None
