@@ -105,6 +105,33 @@ def load_example():
     return mod
 
 
+def batch1_step(handle, dtype="float16", layout="NHWC", *, ex=None, algo_search="find", x_nchw=None, loss=True,
+                lr=LR) -> tuple:
+    """The batch-1 ResNet-50 training step that benchmarks/step_split.py, ab_trees.py and host_step.py
+    time (issue 26 item 8): (net, x, labels, step).  ``net``: examples/resnet50_legacy.py's network
+    (``ex``, default ``load_example()``) built on ``handle`` at N=1, 224x224, 1000 classes, width 1,
+    ``seed=0`` and ``algo_search``; ``x``: ``x_nchw`` (a NumPy 1,3,224,224 batch; default
+    ``default_rng(1)``'s standard normal) through ``net.input``; ``labels``: one class from the same
+    generator, on the net's place.  ``step()``: ``net.step(x, labels, lr=lr, sync=False)`` (forward,
+    loss, backward, SGD; the loss left on the device), or with ``loss=False`` forward, backward and
+    ``sgd(lr)`` without the loss (the log-probabilities' gradient as it was)."""
+    ex = ex or load_example()
+    net = ex.build(handle, 1, 224, 224, dtype, layout, 1000, 1.0, seed=0, algo_search=algo_search)
+    rng = np.random.default_rng(1)
+    x_host = rng.standard_normal((1, 3, 224, 224))
+    x = net.input(x_host if x_nchw is None else x_nchw)
+    labels = net.net.xp.asarray(rng.integers(0, 1000, 1))
+    if loss:
+        def step():
+            net.step(x, labels, lr=lr, sync=False)
+    else:
+        def step():
+            net.forward(x)
+            net.backward()
+            net.sgd(lr)
+    return net, x, labels, step
+
+
 # -- (c) the recorded call sequence on the real legacy cuDNN -------------------------------------------
 
 RECORDED = frozenset({

@@ -54,13 +54,9 @@ def emulated_step():
         handle.place = "gpu"
         self.place, self.xp = "gpu", xp
     ex.Net.__init__ = on_emu
-    net = ex.build(emu.handle(), 1, 224, 224, "float16", "NHWC", 1000, 1.0, seed=0, algo_search="get")
-    x = net.input(np.zeros((1, 3, 224, 224)))
-
-    def step():
-        net.forward(x)
-        net.backward()
-        net.sgd(1e-3)
+    # the step's legacy calls: forward, backward and sgd(1e-3), without the loss, on a zero input
+    _net, _x, _labels, step = bench_programs.batch1_step(emu.handle(), ex=ex, algo_search="get",
+                                                         x_nchw=np.zeros((1, 3, 224, 224)), loss=False)
     calls = []
     from cudnn_compat._core import registry
 

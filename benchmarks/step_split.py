@@ -94,17 +94,10 @@ def main(argv=None):
             return
         install(shim)
     acc = (ctypes.c_uint64 * 6).in_dll(shim, "acc")
-    import numpy as np
     import cudnn_compat as cc
     import bench_programs
-    ex = bench_programs.load_example()
     h = cc.cudnnCreate()
-    net = ex.build(h, 1, 224, 224, "float16", "NHWC", 1000, 1.0, seed=0)
-    rng = np.random.default_rng(1)
-    x, labels = net.input(rng.standard_normal((1, 3, 224, 224))), cupy.asarray(rng.integers(0, 1000, 1))
-
-    def step():
-        net.step(x, labels, lr=1e-3, sync=False)
+    _net, _x, _labels, step = bench_programs.batch1_step(h)  # net.step(x, labels, lr=1e-3, sync=False)
 
     def measure(stream_name, sync):
         for _ in range(3):
