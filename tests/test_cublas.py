@@ -283,6 +283,7 @@ def _run_three_times(monkeypatch, rng):
         x[...] = rng.standard_normal(x.shape)  # new contents, same memory: a replay reads them
         run.run(env, None)
         got.append((y.copy(), (x.astype(np.float64) @ w1) @ w2))
+    run.test_buffers = (x, w1, w2, y)  # alive while the graph's addresses may be launched
     return run, got
 
 
@@ -295,6 +296,58 @@ def test_the_second_run_is_captured_and_the_third_replays(fake, monkeypatch):
     assert fake.cp.launches == 2  # calls 2 (just captured) and 3 launched the graph
     cap = next(iter(fake.cp.streams))
     assert [e for e in fake.log if e[0] == "setStream"] == [("setStream", 7), ("setStream", cap)]
+
+
+@pytest.mark.parametrize("form", ["twin", "compiled"])
+def test_the_launcher_replays_captured_calls_and_never_a_dropped_graph(fake, monkeypatch, form):
+    """``ProgramRun.launcher``: a call whose graph was captured (same addresses, scalars, stream)
+    launches it, numbers as computed eagerly; other addresses, a stream being captured, or an
+    unhashable value decline (nothing launched).  ``compiled``: the launcher is the extension's
+    ``Replay`` (graphs.replay_launcher over the recording graph-launch stub, as cuGraphLaunch's
+    address on a GPU); its table, filled by the twin's first launch, takes the next calls, and is
+    emptied before a graph is destroyed (the LRU's eviction, ``release``)."""
+    from cudnn_compat._backend import steady as steady_mod
+    ext = steady_mod.module()
+    gr = graphs.graphs()
+    if form == "compiled":
+        if ext is None:
+            pytest.skip("the compiled steady path is not built")
+        monkeypatch.setattr(gr, "launch_address", lambda: ext.graph_stub(), raising=False)
+        monkeypatch.setattr(gr, "error_type", lambda: RuntimeError, raising=False)
+    run, got = _run_three_times(monkeypatch, np.random.default_rng(7))
+    (entry,) = run.cache.values()
+    launch = run.launcher((1, 2, 3, 4))
+    assert (type(launch) is ext.Replay) == (form == "compiled")
+    sptr, addrs, _scalars = next(iter(run.cache))
+    env = {u: a for (_role, u), a in zip(run.roles()[0], addrs)}  # the addresses captured with, by uid
+    assert sptr == 7 and sorted(env) == [1, 2, 3, 4]
+    values = tuple(env[u] for u in (1, 2, 3, 4))
+    stubbed = (lambda: [(f, s) for f, _g, _b, _shm, s, _a in ext.stub_calls()]) if form == "compiled" else list
+    before = fake.cp.launches
+    assert launch(values, None)  # the twin: the graph, and (compiled) its table entry
+    assert fake.cp.launches == before + 1 and run.stats["graph_launches"] == 1
+    for _ in range(3):
+        assert launch(values, None)
+    if form == "compiled":  # from the table: the stub's launches of that graph on the current stream
+        assert stubbed() == [(entry.graph, 7)] * 3 and fake.cp.launches == before + 1
+        assert run.stats["graph_launches"] == 4
+    else:
+        assert fake.cp.launches == before + 4
+    n = fake.cp.launches + len(stubbed())
+    assert not launch((values[0] + 4,) + values[1:], None)  # another x: no graph for it
+    assert not launch(values[:3] + ([values[3]],), None)  # an unhashable value
+    cap = fake.cp.cuda.Stream()
+    cap.begin_capture()  # the caller capturing that stream: declined (its execute goes into that capture)
+    assert not launch(values, cap.ptr)
+    assert fake.cp.launches + len(stubbed()) == n
+    # evicted graphs empty the table first: a dropped graph is never launched again
+    run.release()
+    assert entry.graph == -1 and not launch(values, None)
+    assert fake.cp.launches + len(stubbed()) == n
+    x, w1, w2, y = run.test_buffers  # the launches computed y from x as it was last
+    np.testing.assert_allclose(y, (x.astype(np.float64) @ w1) @ w2, rtol=1e-5, atol=1e-5)
+    for y, want in got:
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
 def test_a_failed_capture_is_logged_and_the_run_stays_eager(fake, monkeypatch, caplog):

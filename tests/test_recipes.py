@@ -574,13 +574,20 @@ def test_a_bound_replay_binds_each_call_its_own_buffers(emu, rng):
     fwd_ref = _dropout_calls(cc.cudnnCreate("cpu"), ref, S)["fwd"]
     dev = {k: host_emu.EmuArray(v) for k, v in host.items()}
     dev_other = {k: (dev["states"] if k == "states" else host_emu.EmuArray(v)) for k, v in other.items()}
-    fwd = _dropout_calls(emu.handle(), dev, S)["fwd"]
-    for i, which in enumerate("AABABBAB"):
+    hd = emu.handle()
+    fwd = _dropout_calls(hd, dev, S)["fwd"]
+    ext = _steady_mod.module()
+    for i, which in enumerate("AABABBABAAAAB"):
         (h, r, d, rr) = (host, ref, dev, ref) if which == "A" else (other, ref_other, dev_other, ref_other)
-        if i == 6:  # a new y for A (the old array freed): bound by its own address
+        if i in (6, 9):  # a new y for A (the old array freed; at 9 right after a call of A): bound by its own address
             host["y"] = np.zeros(S, np.float32)
             dev["y"] = host_emu.EmuArray(host["y"])
             ref["y"] = np.zeros(S, np.float32)
+        if i == 10:  # new contents in the same x: the stage's Settled binds the same addresses, reads them
+            h["x"][...] = rng.standard_normal(S)
+            r["x"][...] = h["x"]
+        if i == 11:  # every Settled stale: the stage takes the dict path and settles again
+            ext.bump()
         h["y"][...] = -1
         fwd_ref(bb=rr)
         frames = _wrapper_frames(lambda: fwd(bb=d))
@@ -589,9 +596,13 @@ def test_a_bound_replay_binds_each_call_its_own_buffers(emu, rng):
             np.testing.assert_array_equal(h[k], r[k], err_msg=f"call {i} ({which}): {k}")
         np.testing.assert_array_equal(host["states"], ref["states"], err_msg=f"call {i}: states")
     site = cc.LEGACY["cudnnDropoutForward"]
-    held = [m[0]() for r in site.recipes.values() if r[1] is not None and r[11] is not None for m in r[11][4]
-            if isinstance(m, tuple)]
+    bound = [r[11] for r in site.recipes.values() if r[1] is hd and r[11] is not None]  # this handle's
+    held = [m[0]() for b in bound for m in b[4] if isinstance(m, tuple)]
     assert any(a is dev["res"] or a is dev_other["res"] for a in held), "the memo holds the arrays that passed"
+    memos = [st[4] for b in bound for st in b[3]]
+    assert memos and all(type(m[3]).__name__ == "Settled" for m in memos), "each stage settled on its last buffers"
+    assert all(isinstance(m[4], tuple) for m in memos), "x and y, bound as they are, remembered by weak reference"
+    assert not any(a is dev["y"] or a is dev["x"] for m in memos for a in (m[1], m[2])), "no caller's array kept"
 
 
 def _bound_mutations(args: tuple, params: list, to_dev, to_host) -> list:

@@ -336,19 +336,27 @@ static PyObject *array_pointer(Entry *e, PyObject *b, int *c_order) {
     return p;
 }
 
+/* the memo item (weak reference to ``b``, ``p``) of the memos of this file (a new reference), Py_None
+ * (borrowed) when ``b``'s type has no weak references (not remembered), NULL with an error set */
+static PyObject *weak_item(PyObject *b, PyObject *p) {
+    PyObject *ref = PyWeakref_NewRef(b, NULL);
+    if (ref == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+        PyErr_Clear();
+        return Py_None;
+    }
+    PyObject *m = PyTuple_Pack(2, ref, p);
+    Py_DECREF(ref);
+    return m;
+}
+
 /* remember that C-contiguous array ``b`` (at ``id``) passed with pointer ``p`` (see MEMO_MAX): 0 (*item,
  * when not NULL: the memo item, borrowed, or NULL when not remembered), or -1 with an error set */
 static int memo_put(Entry *e, PyObject *id, PyObject *b, PyObject *p, PyObject **item) {
-    PyObject *ref = PyWeakref_NewRef(b, NULL);
-    if (ref == NULL) {  /* a type without weak references: not remembered */
-        if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
-        PyErr_Clear();
-        return 0;
-    }
-    if (PyDict_GET_SIZE(e->memo) >= MEMO_MAX) PyDict_Clear(e->memo);
-    PyObject *m = PyTuple_Pack(2, ref, p);
-    Py_DECREF(ref);
+    PyObject *m = weak_item(b, p);
     if (m == NULL) return -1;
+    if (m == Py_None) return 0;
+    if (PyDict_GET_SIZE(e->memo) >= MEMO_MAX) PyDict_Clear(e->memo);
     int rc = PyDict_SetItem(e->memo, id, m);
     Py_DECREF(m);  /* the memo holds it */
     if (rc == 0 && item) *item = m;
@@ -1235,9 +1243,10 @@ static int launch_prepared(Run *self, PyObject *prep, PyObject *plan, PyObject *
 /* The prepared call of (handle, key) run with (tensors, scalars, ws, wss, warg): 1 when it ran (*out:
  * the plan, a new reference), 0 when it was not taken (nothing ran or launched: the caller goes the
  * general way), -1 on an error.  ``wss`` may be NULL (not given).  *used (when not NULL): the prepared
- * call, a new reference, when it ran through its binder and launcher (what ``Settled`` keeps). */
+ * call, a new reference, when it ran through its binder and launcher (what ``Settled`` keeps), and
+ * then *bound (when not NULL) the values its binder gave, a new reference. */
 static int run_prepared(Run *self, PyObject *handle, PyObject *key, PyObject *tensors, PyObject *scalars, PyObject *ws,
-                        PyObject *wss, PyObject *warg, PyObject **out, PyObject **used) {
+                        PyObject *wss, PyObject *warg, PyObject **out, PyObject **used, PyObject **bound) {
     PyObject *prep = NULL, *place = NULL, *plan = NULL, *values = NULL, *stream = NULL, *r = NULL;
     int rc = steady_ok(self, handle, ws, wss, &place), t;
     if (rc <= 0) return rc;
@@ -1285,7 +1294,11 @@ static int run_prepared(Run *self, PyObject *handle, PyObject *key, PyObject *te
     if (values == NULL) goto error;
     if (values == Py_None) goto done;
     rc = launch_prepared(self, prep, plan, values, stream, ws, wss, out);
-    if (rc > 0 && used) { Py_INCREF(prep); *used = prep; }
+    if (rc > 0 && used) {
+        Py_INCREF(prep);
+        *used = prep;
+        if (bound) { Py_INCREF(values); *bound = values; }
+    }
     goto done;
 error:
     rc = -1;
@@ -1309,7 +1322,7 @@ static PyObject *Run_vcall(Run *self, PyObject *const *args, size_t nargsf, PyOb
         opt[slot] = args[nargs + k];
     }
     PyObject *plan = NULL;
-    int t = run_prepared(self, args[0], args[1], args[3], args[4], opt[0], opt[1], opt[2], &plan, NULL);
+    int t = run_prepared(self, args[0], args[1], args[3], args[4], opt[0], opt[1], opt[2], &plan, NULL, NULL);
     if (t < 0) return NULL;
     if (t > 0) return plan;
 general:
@@ -1338,6 +1351,7 @@ static unsigned long long VERSION = 1;
 typedef struct {
     PyObject_HEAD
     PyObject *prep, *plan, *values, *place, *device, *consts;
+    PyObject *fixed;       /* a bound stage's: the values tuple its buffers bound to, passed as it is (else NULL) */
     unsigned long long version;
     long long wsize;       /* plan.workspace_size */
     Py_ssize_t n, norder;
@@ -1349,14 +1363,14 @@ typedef struct {
 
 static int Settled_traverse(Settled *self, visitproc visit, void *arg) {
     Py_VISIT(self->prep); Py_VISIT(self->plan); Py_VISIT(self->values); Py_VISIT(self->place); Py_VISIT(self->device);
-    Py_VISIT(self->consts);
+    Py_VISIT(self->consts); Py_VISIT(self->fixed);
     for (Py_ssize_t i = 0; self->last && i < self->n; i++) Py_VISIT(self->last[i]);
     return 0;
 }
 
 static int Settled_clear(Settled *self) {
     Py_CLEAR(self->prep); Py_CLEAR(self->plan); Py_CLEAR(self->values); Py_CLEAR(self->place); Py_CLEAR(self->device);
-    Py_CLEAR(self->consts);
+    Py_CLEAR(self->consts); Py_CLEAR(self->fixed);
     for (Py_ssize_t i = 0; self->last && i < self->n; i++) Py_CLEAR(self->last[i]);
     return 0;
 }
@@ -1393,6 +1407,34 @@ static Py_ssize_t find_uid(PyObject *spec, Py_ssize_t at, PyObject *uid) {
     return found;
 }
 
+/* A new Settled of ``n`` entries and ``norder`` values for prepared call ``prep`` (plan ``plan``, binder
+ * ``values``) on ``place``/``device``, its arrays zeroed and ``consts`` a tuple of ``norder``; NULL
+ * without an error when it cannot be made (the replay then keeps the dict path) */
+static Settled *settled_new(PyObject *prep, PyObject *plan, PyObject *values, PyObject *place, PyObject *device,
+                            Py_ssize_t n, Py_ssize_t norder) {
+    PyObject *need = PyObject_GetAttr(plan, S_wsize);
+    if (need == NULL) { PyErr_Clear(); return NULL; }
+    long long wsize = PyLong_AsLongLong(need);
+    Py_DECREF(need);
+    if (wsize == -1 && PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    Settled *s = PyObject_GC_New(Settled, &SettledType);
+    if (s == NULL) { PyErr_Clear(); return NULL; }
+    s->consts = s->fixed = NULL;
+    s->epos = NULL; s->last = NULL; s->okind = NULL; s->oidx = NULL;
+    s->n = n; s->norder = norder; s->wsize = wsize; s->version = VERSION;
+#define KEEP(field, x) do { Py_INCREF(x); s->field = x; } while (0)
+    KEEP(prep, prep); KEEP(plan, plan); KEEP(values, values); KEEP(place, place); KEEP(device, device);
+#undef KEEP
+    s->epos = PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t));
+    s->last = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
+    s->okind = PyMem_Calloc(norder ? norder : 1, sizeof(int));
+    s->oidx = PyMem_Calloc(norder ? norder : 1, sizeof(Py_ssize_t));
+    s->consts = PyTuple_New(norder);
+    PyObject_GC_Track(s);
+    if (!s->epos || !s->last || !s->okind || !s->oidx || !s->consts) { PyErr_Clear(); Py_DECREF(s); return NULL; }
+    return s;
+}
+
 /* A Settled for a replay whose prepared call ``prep`` (plan ``plan``, binder ``values``) just ran on
  * ``place``/``device`` with the recipe's tensors ``tspec``, scalars ``sspec`` and constants ``consts``:
  * a new reference, or NULL without an error when the binder's entries do not all map onto them as the
@@ -1401,22 +1443,8 @@ static PyObject *settle(PyObject *prep, PyObject *plan, PyObject *values, PyObje
                         PyObject *tspec, PyObject *sspec, PyObject *consts) {
     if (Py_TYPE(values) != &ValuesType || ((Values *)values)->spec == NULL) return NULL;
     Values *v = (Values *)values;
-    PyObject *need = PyObject_GetAttr(plan, S_wsize);
-    if (need == NULL) { PyErr_Clear(); return NULL; }
-    long long wsize = PyLong_AsLongLong(need);
-    Py_DECREF(need);
-    if (wsize == -1 && PyErr_Occurred()) { PyErr_Clear(); return NULL; }
-    Settled *s = PyObject_GC_New(Settled, &SettledType);
-    if (s == NULL) { PyErr_Clear(); return NULL; }
-    s->prep = s->plan = s->values = s->place = s->device = s->consts = NULL;
-    s->epos = NULL; s->last = NULL; s->okind = NULL; s->oidx = NULL;
-    s->n = v->n; s->norder = v->norder; s->wsize = wsize; s->version = VERSION;
-    s->epos = PyMem_Calloc(v->n ? v->n : 1, sizeof(Py_ssize_t));
-    s->last = PyMem_Calloc(v->n ? v->n : 1, sizeof(PyObject *));
-    s->okind = PyMem_Calloc(v->norder ? v->norder : 1, sizeof(int));
-    s->oidx = PyMem_Calloc(v->norder ? v->norder : 1, sizeof(Py_ssize_t));
-    s->consts = PyTuple_New(v->norder);
-    if (!s->epos || !s->last || !s->okind || !s->oidx || !s->consts) goto fail;
+    Settled *s = settled_new(prep, plan, values, place, device, v->n, v->norder);
+    if (s == NULL) return NULL;
     for (Py_ssize_t i = 0; i < v->n; i++) {
         Entry *e = &v->e[i];
         Py_ssize_t t = find_uid(tspec, 1, e->uid);
@@ -1448,16 +1476,24 @@ static PyObject *settle(PyObject *prep, PyObject *plan, PyObject *values, PyObje
         Py_INCREF(c);
         PyTuple_SET_ITEM(s->consts, k, c);
     }
-#define KEEP(field, x) do { Py_INCREF(x); s->field = x; } while (0)
-    KEEP(prep, prep); KEEP(plan, plan); KEEP(values, values); KEEP(place, place); KEEP(device, device);
-#undef KEEP
-    PyObject_GC_Track(s);
     return (PyObject *)s;
 fail:
     PyErr_Clear();
-    PyObject_GC_Track(s);
     Py_DECREF(s);
     return NULL;
+}
+
+/* A Settled for a bound stage (``replay_bound``) whose prepared call ``prep`` (plan ``plan``, binder
+ * ``values``) just bound the stage's buffers to ``fixed`` (its values tuple) on ``place``/``device``:
+ * a later call with the same buffers passes ``fixed`` as it is.  NULL without an error when none. */
+static PyObject *settle_fixed(PyObject *prep, PyObject *plan, PyObject *values, PyObject *place, PyObject *device,
+                              PyObject *fixed) {
+    if (!PyTuple_CheckExact(fixed)) return NULL;
+    Settled *s = settled_new(prep, plan, values, place, device, 0, 0);
+    if (s == NULL) return NULL;
+    Py_INCREF(fixed);
+    s->fixed = fixed;
+    return (PyObject *)s;
 }
 
 /* ``run_prepared`` for a replay with Settled ``s``: the recipe's arguments ``args``, its scalars
@@ -1466,7 +1502,8 @@ fail:
 static int run_settled(Run *self, Settled *s, PyObject *handle, PyObject *const *args, PyObject **fobj, PyObject *ws,
                        PyObject *wss, PyObject *warg, PyObject **out) {
     PyObject *place = NULL, *stream = NULL, *values = NULL;
-    if (s->version != VERSION || ((Values *)s->values)->spec == NULL) return 0;  /* stale, or a cleared binder */
+    if (s->version != VERSION || (Py_TYPE(s->values) == &ValuesType && ((Values *)s->values)->spec == NULL))
+        return 0;  /* stale, or a cleared binder */
     int rc = steady_ok(self, handle, ws, wss, &place), t;
     if (rc <= 0) return rc;
     rc = 0;
@@ -1489,6 +1526,10 @@ static int run_settled(Run *self, Settled *s, PyObject *handle, PyObject *const 
     }
     stream = PyObject_GetAttr(handle, S_stream);
     if (stream == NULL) { t = -1; goto end; }
+    if (s->fixed != NULL) {  /* a bound stage's buffers as they were bound last time */
+        t = launch_prepared(self, s->prep, s->plan, s->fixed, stream, ws, wss, out);
+        goto end;
+    }
     /* the binder's values from the arguments (Values_vcall's, with the buffers found by position) */
     Values *v = (Values *)s->values;
     PyObject *stack[16];
@@ -1711,14 +1752,11 @@ static int put_pairs(PyObject *d, PyObject *pairs) {
 /* A buffer of a bound recipe as ``data._pointers`` takes it: its device address in *out and 1, or 0
  * (another form: the Python path checks it), -1 an error.  *as_is: the buffer itself (borrowed) when
  * bytes needed < 0 (bound as it is), else NULL.  ``e``: (position or -1, the constant buffer when -1,
- * bytes needed, accepted dtypes or None, the place's device array type). */
-static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigned long long *out, PyObject **as_is,
-                         int *c_order) {
+ * bytes needed, accepted dtypes or None, the place's device array type), ``p`` its position (checked). */
+static int bound_pointer(Site *self, PyObject *e, Py_ssize_t p, PyObject *const *args, unsigned long long *out,
+                         PyObject **as_is, int *c_order) {
     *as_is = NULL;
     *c_order = 0;
-    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) { PyErr_SetString(PyExc_TypeError, "a buffer entry"); return -1; }
-    Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
-    if (p < -1 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a buffer position"); return -1; }
     PyObject *v = p >= 0 ? args[p] : PyTuple_GET_ITEM(e, 1), *accept = PyTuple_GET_ITEM(e, 3);
     long long need = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 2));
     if (need == -1 && PyErr_Occurred()) return -1;
@@ -1758,6 +1796,60 @@ static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigne
 
 #define BOUND_MAX 32
 
+/* whether the buffers a bound call binds as they are (``obj``, NULL for the others) are those ``refs``
+ * remembers (``as_is_refs``): 1, 0, -1 with an error set */
+static int same_as_is(PyObject *refs, PyObject *const *obj, Py_ssize_t n, int as_is) {
+    if (refs == Py_None) return !as_is;
+    if (!PyTuple_Check(refs) || PyTuple_GET_SIZE(refs) != n) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyTuple_GET_ITEM(refs, i), *o = obj[i];
+        if (o == NULL || r == Py_None) {
+            if (o != NULL || r != Py_None) return 0;
+        } else if (PyWeakref_CheckRef(r)) {
+            if (!weak_is(r, o)) return 0;
+        } else if (PyLong_CheckExact(r) && PyLong_CheckExact(o)) {
+            int eq = PyObject_RichCompareBool(r, o, Py_EQ);
+            if (eq <= 0) return eq;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* What a bound call's buffers bound as they are (``obj``) were, for ``same_as_is``: *refs (a new
+ * reference) None when there are none, else a tuple with, per buffer, None (not bound as it is), a
+ * weak reference to the C-contiguous array of the place's type it is (the binder memo's rule: what
+ * its binder reads of it is fixed while it lives), or the pointer int it is.  1, 0 when one cannot be
+ * remembered (another form), -1 with an error set. */
+static int as_is_refs(PyObject *bufs, PyObject *const *obj, Py_ssize_t n, int as_is, PyObject **refs) {
+    if (!as_is) { Py_INCREF(Py_None); *refs = Py_None; return 1; }
+    PyObject *r = PyTuple_New(n);
+    if (r == NULL) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = obj[i], *item = Py_None;
+        if (o != NULL && PyLong_CheckExact(o)) {
+            item = o;
+        } else if (o != NULL) {
+            int t = (PyObject *)Py_TYPE(o) == PyTuple_GET_ITEM(PyTuple_GET_ITEM(bufs, i), 4) ? attr_true(o, S_c) : 0;
+            if (t <= 0) { Py_DECREF(r); return t; }
+            item = PyWeakref_NewRef(o, NULL);
+            if (item == NULL) {
+                Py_DECREF(r);
+                if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+                PyErr_Clear();
+                return 0;
+            }
+            PyTuple_SET_ITEM(r, i, item);
+            continue;
+        }
+        Py_INCREF(item);
+        PyTuple_SET_ITEM(r, i, item);
+    }
+    *refs = r;
+    return 1;
+}
+
 /* Replay a bound recipe's part (``recipe[11]``: graphs whose tensors sit at byte offsets inside the
  * caller's buffers, ``_core.bound_graph``): (buffers, nulls, minimum, stages, last) with
  *   buffers  ((position or -1, constant or None, bytes needed, dtypes or None, device array type), ...):
@@ -1767,17 +1859,21 @@ static int bound_pointer(Site *self, PyObject *e, PyObject *const *args, unsigne
  *   nulls    positions that must be NULL (None or 0): the buffers the call site was not given
  *   minimum  ((position, n), ...): an int >= n (the size arguments)
  *   stages   ((key, build, ((uid, buffer index, byte offset, argname), ...), ((uid, value), ...), memo), ...):
- *            the graphs in order, each bound as ``bound_graph.execute`` binds it; memo a list [the
- *            buffer addresses as bytes, the tensors dict, the scalars dict] of the stage's last call:
- *            a call with the same addresses (and no buffer bound as it is) passes the same dicts
- *            (nothing downstream writes them), a call with others remakes the tensors dict
+ *            the graphs in order, each bound as ``bound_graph.execute`` binds it; memo a list of the
+ *            stage's last call with other buffers: [the buffer addresses as bytes (None: not
+ *            remembered), its tensors dict and scalars dict (None where a buffer was bound as it
+ *            is), a Settled (the prepared call that ran it and the values its binder gave), what the
+ *            buffers bound as they are were (``as_is_refs``)].  A call with the same buffers runs
+ *            that Settled (the values as they are: ``run_settled``'s per-call tests, then the launch)
+ *            or else passes the same dicts (nothing downstream writes them); a call with others
+ *            remakes them
  *   last     a list with one slot per buffer: None, or (weak reference, address) of the C-contiguous
  *            array that passed that buffer's checks in an earlier call (the binder memo's rule: an
  *            array's dtype, size, order and address are fixed while it lives), so the same array
  *            again is bound without reading its attributes
- * After the checks every stage goes through ``run`` (its prepared call, or the general path), as the
- * Python path's stages do; a stage that raises sends the call to the Python path, which runs it
- * again from the first stage (they write nothing their own inputs depend on) and raises. */
+ * After the checks every stage goes through its prepared call (``run_prepared``) or else the general
+ * path, as the Python path's stages do; a stage that raises sends the call to the Python path, which
+ * runs it again from the first stage (they write nothing their own inputs depend on) and raises. */
 static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *const *args) {
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 5) { PyErr_SetString(PyExc_TypeError, "a bound recipe"); return -1; }
     PyObject *bufs = PyTuple_GET_ITEM(spec, 0), *nulls = PyTuple_GET_ITEM(spec, 1), *mins = PyTuple_GET_ITEM(spec, 2),
@@ -1809,53 +1905,56 @@ static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *
     Py_ssize_t nbufs = PyTuple_GET_SIZE(bufs);
     for (Py_ssize_t i = 0; i < nbufs; i++) {
         PyObject *e = PyTuple_GET_ITEM(bufs, i), *m = PyList_GET_ITEM(last, i);
-        if (m != Py_None && PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2 && PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 5) {
-            Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
-            if (p == -1 && PyErr_Occurred()) return -1;
-            if (p >= 0 && p < self->nargs && weak_is(PyTuple_GET_ITEM(m, 0), args[p])) {  /* that array again */
-                ptr[i] = as_u64(PyTuple_GET_ITEM(m, 1));
-                if (ptr[i] == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-                obj[i] = NULL;
-                continue;
-            }
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) { PyErr_SetString(PyExc_TypeError, "a buffer entry"); return -1; }
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
+        if (p < -1 || p >= self->nargs) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a buffer position"); return -1; }
+        if (p >= 0 && m != Py_None && PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2 && weak_is(PyTuple_GET_ITEM(m, 0), args[p])) {
+            ptr[i] = as_u64(PyTuple_GET_ITEM(m, 1));  /* that array again */
+            if (ptr[i] == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+            obj[i] = NULL;
+            continue;
         }
         int c_order;
-        int t = bound_pointer(self, e, args, &ptr[i], &obj[i], &c_order);
+        int t = bound_pointer(self, e, p, args, &ptr[i], &obj[i], &c_order);
         if (t <= 0) return t;
         as_is |= obj[i] != NULL;
-        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));  /* a valid position: bound_pointer read it */
         if (c_order && obj[i] == NULL && p >= 0) {  /* a caller's array that passed: remembered for its next call */
-            PyObject *ref = PyWeakref_NewRef(args[p], NULL);
-            if (ref == NULL) {  /* a type without weak references: not remembered */
-                if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
-                PyErr_Clear();
-                continue;
-            }
-            PyObject *a = PyLong_FromUnsignedLongLong(ptr[i]), *item = a ? PyTuple_Pack(2, ref, a) : NULL;
-            Py_DECREF(ref); Py_XDECREF(a);
+            PyObject *a = PyLong_FromUnsignedLongLong(ptr[i]), *item = a ? weak_item(args[p], a) : NULL;
+            Py_XDECREF(a);
             if (item == NULL) return -1;
-            PyList_SetItem(last, i, item);  /* steals item */
+            if (item != Py_None) PyList_SetItem(last, i, item);  /* steals item */
         }
     }
+    Run *run = (Run *)self->run;
     for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(stages); s++) {
         PyObject *st = PyTuple_GET_ITEM(stages, s);
         if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 5 || !PyTuple_Check(PyTuple_GET_ITEM(st, 2))
                 || !PyTuple_Check(PyTuple_GET_ITEM(st, 3)) || !PyList_Check(PyTuple_GET_ITEM(st, 4))
-                || PyList_GET_SIZE(PyTuple_GET_ITEM(st, 4)) != 3) {
+                || PyList_GET_SIZE(PyTuple_GET_ITEM(st, 4)) != 5) {
             PyErr_SetString(PyExc_TypeError, "a stage entry");
             return -1;
         }
         PyObject *tb = PyTuple_GET_ITEM(st, 2), *sb = PyTuple_GET_ITEM(st, 3), *memo = PyTuple_GET_ITEM(st, 4);
         PyObject *tensors = NULL, *scalars = NULL, *plan = NULL, *sig = PyList_GET_ITEM(memo, 0);
         int rc = -1;
-        if (!as_is && PyBytes_Check(sig) && PyBytes_GET_SIZE(sig) == (Py_ssize_t)(nbufs * sizeof(ptr[0]))
-                && memcmp(PyBytes_AS_STRING(sig), ptr, nbufs * sizeof(ptr[0])) == 0
-                && PyDict_CheckExact(PyList_GET_ITEM(memo, 1)) && PyDict_CheckExact(PyList_GET_ITEM(memo, 2))) {
-            tensors = PyList_GET_ITEM(memo, 1);  /* the same addresses as the last call: its dicts */
-            scalars = PyList_GET_ITEM(memo, 2);
-            Py_INCREF(tensors);
-            Py_INCREF(scalars);
-            goto run_stage;
+        int same = PyBytes_Check(sig) && PyBytes_GET_SIZE(sig) == (Py_ssize_t)(nbufs * sizeof(ptr[0]))
+                   && memcmp(PyBytes_AS_STRING(sig), ptr, nbufs * sizeof(ptr[0])) == 0;
+        if (same && (same = same_as_is(PyList_GET_ITEM(memo, 4), obj, nbufs, as_is)) < 0) return -1;
+        if (same) {  /* the buffers of the stage's last call */
+            PyObject *settled = PyList_GET_ITEM(memo, 3);
+            if (Py_TYPE(settled) == &SettledType) {
+                Py_INCREF(settled);
+                int t = run_settled(run, (Settled *)settled, handle, NULL, NULL, Py_None, NULL, Py_None, &plan);
+                Py_DECREF(settled);
+                if (t != 0) { rc = t; goto stage_done; }
+            }
+            if (PyDict_CheckExact(PyList_GET_ITEM(memo, 1)) && PyDict_CheckExact(PyList_GET_ITEM(memo, 2))) {
+                tensors = PyList_GET_ITEM(memo, 1);
+                scalars = PyList_GET_ITEM(memo, 2);
+                Py_INCREF(tensors);
+                Py_INCREF(scalars);
+                goto run_stage;
+            }
         }
         tensors = PyDict_New();
         scalars = PyDict_New();
@@ -1877,20 +1976,37 @@ static int replay_bound(Site *self, PyObject *handle, PyObject *spec, PyObject *
             if (r < 0) goto stage_done;
         }
         if (put_pairs(scalars, sb) < 0) goto stage_done;
-        if (!as_is) {  /* this call's dicts for the next call with these addresses */
-            PyObject *b = PyBytes_FromStringAndSize((const char *)ptr, nbufs * sizeof(ptr[0]));
-            if (b == NULL) goto stage_done;
-            PyList_SetItem(memo, 0, b);  /* steals b */
-            Py_INCREF(tensors);
-            PyList_SetItem(memo, 1, tensors);
-            Py_INCREF(scalars);
-            PyList_SetItem(memo, 2, scalars);
+        if (!same) {  /* this call's buffers, for the next call with the same ones (no caller's array kept alive) */
+            PyObject *refs = NULL;
+            int k = as_is_refs(bufs, obj, nbufs, as_is, &refs);
+            if (k < 0) goto stage_done;
+            PyObject *b = k ? PyBytes_FromStringAndSize((const char *)ptr, nbufs * sizeof(ptr[0])) : (Py_INCREF(Py_None), Py_None);
+            if (b == NULL) { Py_XDECREF(refs); goto stage_done; }
+            PyObject *item[5] = {b, as_is ? Py_None : tensors, as_is ? Py_None : scalars, Py_None, k ? refs : Py_None};
+            for (int j = 1; j < 4; j++) Py_INCREF(item[j]);
+            if (!k) Py_INCREF(Py_None);
+            for (int j = 0; j < 5; j++) PyList_SetItem(memo, j, item[j]);  /* steals each */
         }
     run_stage:
         {  /* every buffer was checked: the stage runs, prepared or by the general path (as bound_graph.execute) */
-            PyObject *rargs[5] = {handle, PyTuple_GET_ITEM(st, 0), PyTuple_GET_ITEM(st, 1), tensors, scalars};
-            plan = PyObject_Vectorcall(self->run, rargs, 5, NULL);
-            rc = plan ? 1 : -1;
+            PyObject *used = NULL, *vals = NULL;
+            int t = run_prepared(run, handle, PyTuple_GET_ITEM(st, 0), tensors, scalars, Py_None, NULL, Py_None, &plan,
+                                 &used, &vals);
+            if (t == 0) {
+                PyObject *rargs[5] = {handle, PyTuple_GET_ITEM(st, 0), PyTuple_GET_ITEM(st, 1), tensors, scalars};
+                plan = PyObject_Vectorcall(run->general, rargs, 5, NULL);
+                t = plan ? 1 : -1;
+            } else if (t > 0 && used != NULL && PyBytes_Check(PyList_GET_ITEM(memo, 0))) {
+                /* the memo is this call's buffers: the values they bound to, for the next call with them */
+                PyObject *pl = PyObject_GetAttr(handle, S_place), *dev = pl ? PyObject_GetAttr(handle, S_device) : NULL;
+                PyObject *bind = dev ? PyObject_GetAttr(used, S_bind) : NULL;
+                PyObject *made = bind ? settle_fixed(used, plan, bind, pl, dev, vals) : NULL;
+                if (PyErr_Occurred()) PyErr_Clear();  /* an optional cache: the stage ran */
+                Py_XDECREF(pl); Py_XDECREF(dev); Py_XDECREF(bind);
+                if (made != NULL) PyList_SetItem(memo, 3, made);  /* steals made */
+            }
+            Py_XDECREF(used); Py_XDECREF(vals);
+            rc = t;
         }
     stage_done:
         Py_XDECREF(plan); Py_XDECREF(tensors); Py_XDECREF(scalars);
@@ -2023,7 +2139,7 @@ static int replay(Site *self, PyObject *recipe, PyObject *const *args) {
         if (r < 0) goto error;
     }
     PyObject *used = NULL;
-    rc = run_prepared((Run *)self->run, handle, key, tensors, scalars, ws, wss, warg, &plan, &used);
+    rc = run_prepared((Run *)self->run, handle, key, tensors, scalars, ws, wss, warg, &plan, &used, NULL);
     if (rc > 0 && used != NULL && PyList_Check(slots) && idx < PyList_GET_SIZE(slots)) {
         PyObject *pl = PyObject_GetAttr(handle, S_place), *dev = pl ? PyObject_GetAttr(handle, S_device) : NULL;
         PyObject *bind = dev ? PyObject_GetAttr(used, S_bind) : NULL, *pplan = bind ? PyObject_GetAttr(used, S_plan) : NULL;

@@ -132,7 +132,7 @@ class Bound:
         stages = tuple((key, (lambda g=bound.graph: g),
                         tuple((uid, index[buf], off, buf) for uid, (buf, off) in bound.bindings.items()),
                         tuple((uid, float(vals[name])) for uid, name in bound.scalar_names.items()),
-                        [None, None, None])  # the last call's (addresses, tensors, scalars): replay_bound's memo
+                        [None] * 5)  # the stage's last buffers, dicts, Settled and as-is buffers: replay_bound's memo
                        for key, bound, vals in graphs)
         return (bufs, tuple(pos[n] for n in self.nulls), tuple((pos[n], int(v)) for n, v in self.minimum.items()),
                 stages, [None] * len(bufs))  # per buffer: the last array that passed (replay_bound's memo)

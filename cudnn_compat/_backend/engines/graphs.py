@@ -167,6 +167,38 @@ class Graphs:
         return bool(stream) and bool(self.runtime().streamIsCapturing(stream))
 
 
+def replay_launcher(box: list, stats: dict, fallback, given=None):
+    """A plan's ``launch(values, stream, workspace=None, workspace_size=0) -> bool`` over its replay
+    table, the one replay path of every engine that replays captured graphs (the cudnn engine's
+    plans, the cupy engine's programs): the compiled ``_steady.Replay`` (one table look of
+    ``(values, stream)`` and one cuGraphLaunch, or the graph's launches) where the extension is
+    built and graphs launch through the CUDA driver, ``fallback`` (its Python twin, which the
+    Replay calls for everything else) otherwise.
+
+    ``box``: [table, unseen], the table ``(values, stream) -> (graphExec or replay_form's launches,
+    workspace need, the caller's workspace pointer it uses or 0)``, which its owner replaces by a
+    new dict before it destroys any graph in it; ``stats``: a dict whose "graph_launches" the
+    Replay counts; ``given(workspace, size, need)``: the caller's workspace pointer (only asked for
+    an entry that needs a workspace)."""
+    mod = _steady.module()
+    gr = graphs()
+    address = getattr(gr, "launch_address", None)
+    try:
+        address = address() if mod is not None and address is not None else None
+    except ImportError:  # no CuPy (a plan built on a machine without one, e.g. to check kernel source)
+        address = None
+    if address is None:
+        return fallback
+    from .base import current_stream_function
+    cur = current_stream_function()
+    return mod.Replay(box, getattr(cur, "stream", cur), gr.capturing, stats, fallback, address, gr.error_type(),
+                      given if given is not None else _no_workspace)
+
+
+def _no_workspace(workspace, size, need) -> int:
+    return 0
+
+
 GRAPHS: list = [None]
 
 

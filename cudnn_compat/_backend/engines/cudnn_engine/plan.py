@@ -30,8 +30,7 @@ from collections import OrderedDict
 from operator import itemgetter
 
 from ... import config as _config
-from ... import steady as _steady
-from ..base import EngineDeclined, ExecutionPlan, current_stream, current_stream_function, device_views
+from ..base import EngineDeclined, ExecutionPlan, current_stream, device_views
 from .. import graphs as _graphs
 from . import configs as _configs
 from . import lib as _lib
@@ -190,18 +189,9 @@ class CudnnPlan(ExecutionPlan):
     _unseen = property(_get_unseen, _set_unseen)
 
     def _launcher(self):
-        """``launch``: the compiled replay (``_steady.Replay``: a captured call is one table look and
-        one cuGraphLaunch, ``launch_py`` for everything else) where the extension is built and the
-        graphs launch through the CUDA driver (``Graphs.launch_address``); else ``launch_py``."""
-        mod = _steady.module()
-        gr = _graphs.graphs()
-        address = getattr(gr, "launch_address", None)
-        address = address() if mod is not None and address is not None else None
-        if address is None:
-            return self.launch_py
-        cur = current_stream_function()
-        return mod.Replay(self._box, getattr(cur, "stream", cur), gr.capturing, STATS, self.launch_py, address,
-                          gr.error_type(), _given_workspace)
+        """``launch``: the compiled replay (``graphs.replay_launcher``: a captured call is one table
+        look and one cuGraphLaunch, ``launch_py`` for everything else), or ``launch_py``."""
+        return _graphs.replay_launcher(self._box, STATS, self.launch_py, _given_workspace)
 
     raw_pointers = True  # the legacy layer may bind device pointers as plain ints
 

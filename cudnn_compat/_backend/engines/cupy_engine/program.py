@@ -72,6 +72,8 @@ class ProgramRun:
         self.cache: "collections.OrderedDict" = collections.OrderedDict()
         self.consts: dict = {}
         self.lock = threading.Lock()
+        self._boxes: list = []  # the launchers' [replay table, unseen] (``launcher``)
+        self.stats = {"graph_launches": 0}  # graphs launched by the launchers
         self._roles = None  # ((role, uid) of the buffers, sorted), ((role, uid) of the by-value scalars)
 
     def kernels(self) -> list:
@@ -143,6 +145,7 @@ class ProgramRun:
             with self.lock:
                 self.cache[key] = entry
                 while len(self.cache) > self.MAX_GRAPHS:
+                    self._forget()
                     _drop(self.cache.popitem(last=False)[1])
         steps, blas = entry.steps
         entry.uses += 1
@@ -170,13 +173,20 @@ class ProgramRun:
         engine's side of a prepared call, ``engines/base.py``), the values in ``order`` (uids):
         replay the CUDA graph of a call seen before with these addresses, scalars and stream; False
         (nothing done) when there is none yet, a value is not an address, or the stream is being
-        captured: the plan's execute then runs the call (and captures it on its second time)."""
+        captured: the plan's execute then runs the call (and captures it on its second time).
+        The compiled replay (``graphs.replay_launcher``) answers from a replay table of
+        ``(values, stream)`` that its Python twin below fills when it launches a graph (such a call
+        no longer moves its entry up the LRU of graphs), and that ``_forget`` empties before a
+        graph is destroyed."""
         pos = {u: i for i, u in enumerate(order)}
         roles = self.roles()
         bufs = tuple(pos[u] for _r, u in roles[0])
         scal = tuple(pos[u] for _r, u in roles[1])
         cache, lock, gr = self.cache, self.lock, _graphs.graphs()  # no runtime touched until a call
         cur, graph_launch = [], []
+        box = [{}, 0]  # [replay table, unseen] (graphs.replay_launcher)
+        self._boxes.append(box)
+        stats = self.stats
 
         def launch(values, stream, workspace=None, workspace_size=0):
             if stream is None:
@@ -193,7 +203,7 @@ class ProgramRun:
                 key = (sptr, addrs, tuple([float(values[i]) for i in scal]))
             except (TypeError, ValueError):
                 return False
-            with lock:  # release() takes it too: a graph is never launched after it was destroyed
+            with lock:  # _forget and release take it too: a graph is never launched after it was destroyed
                 entry = cache.get(key)
                 if entry is None or entry.graph is None or entry.graph <= 0 or (sptr and gr.capturing(sptr)):
                     return False
@@ -202,8 +212,22 @@ class ProgramRun:
                 if not graph_launch:
                     graph_launch.append(gr.launch_function())
                 graph_launch[0](entry.graph, sptr)
+                stats["graph_launches"] += 1
+                table = box[0]
+                if len(table) >= 4 * self.MAX_GRAPHS:
+                    table = box[0] = {}
+                try:  # the compiled replay's entry for this call: the graph itself (its workspace: none)
+                    table[(values, sptr)] = (gr.replay_form(entry.graph, sptr), 0, 0)
+                except TypeError:  # an unhashable value: the next call comes here again
+                    pass
             return True
-        return launch
+        return _graphs.replay_launcher(box, stats, launch)
+
+    def _forget(self) -> None:
+        """Empty every launcher's replay table (a new dict), before a graph in one is destroyed; under
+        ``lock``."""
+        for box in self._boxes:
+            box[0] = {}
 
     def _capture(self, steps, blas, gr) -> int:
         """The graphExec of the step loop (``engines.graphs``); -1 when it cannot be captured."""
@@ -221,6 +245,7 @@ class ProgramRun:
     def release(self) -> None:
         """Free the captured graphs (the plan left the cache)."""
         with self.lock:
+            self._forget()
             for entry in self.cache.values():
                 _drop(entry)
             self.cache.clear()
