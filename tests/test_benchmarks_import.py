@@ -276,11 +276,14 @@ def test_bench_reports_a_failing_script(monkeypatch, capsys):
     assert "fusion exited with 3" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("suite_rc, fuzz_rc, want", [(0, 0, 0), (1, 0, 1), (0, 1, 1), (2, 0, 2)])
-def test_device_check_exits_non_zero_when_the_suite_fails(tmp_path, suite_rc, fuzz_rc, want):
-    """benchmarks/device_check.sh with stand-ins for python3 and nvidia-smi: its status is the GPU
-    suite's, else the fuzz run's; the optional steps skip when the budget has no room; only JSON
-    newer than the run's start is collected (issue 23 items 8, 11)."""
+@pytest.mark.parametrize("part, suite_rc, fuzz_rc, want", [("1", 0, 0, 0), ("1", 1, 0, 1), ("1", 2, 0, 2), ("1", 0, 1, 0),
+                                                         ("2", 1, 0, 0), ("2", 0, 1, 1)])
+def test_device_check_exits_non_zero_when_the_suite_fails(tmp_path, part, suite_rc, fuzz_rc, want):
+    """benchmarks/device_check.sh with stand-ins for python3 and nvidia-smi: PART=1 runs the GPU
+    suite, then host_overhead, bench_programs and step_split, and its status is the suite's; PART=2
+    runs no suite and the other benchmarks (the fuzz run among them), its status the fuzz run's; the
+    optional steps skip when the budget has no room; only JSON newer than the run's start is
+    collected (issue 23 items 8, 11)."""
     import shutil
     import tarfile
     if shutil.which("bash") is None or shutil.which("timeout") is None:
@@ -300,15 +303,22 @@ def test_device_check_exits_non_zero_when_the_suite_fails(tmp_path, suite_rc, fu
     stale = work / "benchmarks" / "results" / "host_overhead_NVIDIA_Test_GPU.json"
     stale.write_text("{}")
     os.utime(stale, (1, 1))  # older than any run
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", OUT=str(tmp_path / "out"), BUDGET_S="100")
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", OUT=str(tmp_path / "out"), BUDGET_S="100", PART=part)
     p = subprocess.run(["bash", str(BENCH / "device_check.sh")], cwd=work, env=env, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == want, p.stdout + p.stderr
-    assert "bench_conv skipped" in p.stdout or "bench_conv rc=0" in p.stdout
     with tarfile.open(tmp_path / "out" / "device_check.tgz") as t:
         names = [os.path.basename(n) for n in t.getnames()]
     assert "host_overhead_NVIDIA_Test_GPU.json" not in names and ".started" not in names
-    assert "pytest_gpu.log" in names
+    if part == "1":
+        assert "pytest_gpu.log" in names
+        for step in ("host_overhead", "bench_programs", "step_split"):
+            assert f"{step} rc=0" in p.stdout, p.stdout
+        assert "fuzz_gpu" not in p.stdout and "bench_conv " not in p.stdout
+    else:
+        assert "pytest_gpu.log" not in names and "pytest rc" not in p.stdout
+        assert "fuzz_gpu rc=" in p.stdout and "host_overhead rc" not in p.stdout
+        assert "bench_conv skipped" in p.stdout or "bench_conv rc=0" in p.stdout
 
 
 def _load(name):
